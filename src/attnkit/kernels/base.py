@@ -1,0 +1,176 @@
+"""What every backend sees and declares.
+
+A call reaches a backend as one :class:`AttentionCall` (validated, normalised inputs). Each
+backend is a :class:`Backend` that says, for a call, every reason it cannot serve it
+(:meth:`Backend.not_supported_reasons`, empty = can serve) and runs it (:meth:`Backend.run`).
+
+Shape legend: ``...`` batch dims (identical for q, k, v), ``Lq``/``Lk`` query/key lengths,
+``dk`` query/key width, ``dv`` value width, ``h`` hidden width of additive attention.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from attnkit.masks import EMPTY, FULL, Mask
+
+ScoreKind = Literal["dot", "additive"]
+
+WEIGHTS_LIMIT = 2**26
+"""Most attention-weight entries (B*H*Lq*Lk) returned by ``return_weights=True`` (256 MiB fp32)."""
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One validated attention call.
+
+    q: (..., Lq, dk), k: (..., Lk, dk), v: (..., Lk, dv).
+    For ``kind="additive"``: ``w_q`` (h, dk_q), ``w_k`` (h, dk), ``w_v`` (h,) and ``scale`` 1.
+    ``mask`` is a mask object whose batch_shape lines up with the leading dims of ``q`` (see
+    :mod:`attnkit.masks`) or None.
+    """
+
+    kind: ScoreKind
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Mask | None = None
+    scale: float = 1.0
+    dropout_p: float = 0.0
+    return_weights: bool = False
+    w_q: Tensor | None = None
+    w_k: Tensor | None = None
+    w_v: Tensor | None = None
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.q.shape[:-2])
+
+    @property
+    def q_len(self) -> int:
+        return self.q.shape[-2]
+
+    @property
+    def kv_len(self) -> int:
+        return self.k.shape[-2]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.q.dtype
+
+    @property
+    def needs_grad(self) -> bool:
+        ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v)
+        return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+    def tensors(self) -> list[Tensor]:
+        ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v)
+        return [t for t in ts if t is not None]
+
+    def weights_numel(self) -> int:
+        return math.prod(self.batch_shape) * self.q_len * self.kv_len
+
+    def dense_mask(self) -> tuple[Tensor | None, Tensor | None]:
+        """(allowed, bias): the mask materialised and reshaped to broadcast against
+        (..., Lq, Lk): bool and float (or None). Cached on the call."""
+        if "dense" not in self._cache:
+            self._cache["dense"] = (
+                (None, None) if self.mask is None else materialize_for(self.mask, self)
+            )
+        return self._cache["dense"]
+
+    def block_map(self, block_q: int, block_kv: int) -> Tensor | None:
+        """Block classes (int8, batch_shape of the mask + (nq, nk)), cached per block size."""
+        if self.mask is None:
+            return None
+        key = ("bm", block_q, block_kv)
+        if key not in self._cache:
+            self._cache[key] = self.mask.block_map(self.q_len, self.kv_len, block_q, block_kv)
+        return self._cache[key]
+
+    def empty_fraction(self, block_q: int = 128, block_kv: int = 128) -> float:
+        """Fraction of (block_q x block_kv) blocks that the mask leaves empty."""
+        bm = self.block_map(block_q, block_kv)
+        if bm is None:
+            return 0.0
+        return float((bm == EMPTY).float().mean())
+
+    def fully_visible(self) -> bool:
+        """True when the mask allows every entry and adds no bias."""
+        if self.mask is None:
+            return True
+        bm = self.block_map(128, 128)
+        return not self.mask.has_bias and bool((bm == FULL).all())
+
+
+def lift_mask_tensor(t: Tensor, mask_batch_ndim: int, batch_ndim: int) -> Tensor:
+    """Reshape a mask tensor ``mask_batch_shape + (Lq, Lk)`` so that its batch dims line up with
+    the leading dims of a ``batch_ndim``-dimensional batch (singletons appended)."""
+    extra = batch_ndim - mask_batch_ndim
+    return t.reshape(t.shape[:mask_batch_ndim] + (1,) * extra + t.shape[-2:])
+
+
+def materialize_for(mask: Mask, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
+    """Materialise ``mask`` for ``call`` as tensors broadcastable to (..., Lq, Lk)."""
+    nb, mb = len(call.batch_shape), len(mask.batch_shape)
+    allowed = mask.materialize(call.q_len, call.kv_len).to(call.q.device)
+    allowed = lift_mask_tensor(allowed, mb, nb)
+    bias = mask.materialize_bias(call.q_len, call.kv_len)
+    if bias is not None:
+        bias = lift_mask_tensor(bias.to(device=call.q.device, dtype=call.dtype), mb, nb)
+    return allowed, bias
+
+
+class Backend:
+    """A kernel backend: declares what it supports and runs calls it supports."""
+
+    name: ClassVar[str] = "?"
+    description: ClassVar[str] = ""
+    kinds: ClassVar[tuple[str, ...]] = ("dot",)
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.float64)
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    supports_grad: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = False
+    supports_dropout: ClassVar[bool] = False
+    supports_bias: ClassVar[bool] = True
+
+    def available(self) -> str | None:
+        """None when usable in this installation, else the reason it is not."""
+        return None
+
+    def not_supported_reasons(self, call: AttentionCall) -> list[str]:
+        """Every reason this backend cannot serve ``call`` (empty list = it can)."""
+        r = []
+        why = self.available()
+        if why:
+            r.append(why)
+        if call.kind not in self.kinds:
+            r.append(f"score kind {call.kind!r} not in {self.kinds}")
+        if call.dtype not in self.dtypes:
+            r.append(f"dtype {call.dtype} not in {[str(d) for d in self.dtypes]}")
+        if call.q.device.type not in self.devices:
+            r.append(f"device {call.q.device.type!r} not in {self.devices}")
+        if call.return_weights and not self.supports_weights:
+            r.append("cannot return attention weights")
+        if call.dropout_p > 0 and not self.supports_dropout:
+            r.append("no dropout")
+        if call.needs_grad and not self.supports_grad:
+            r.append("no backward (inputs require grad)")
+        if call.mask is not None and call.mask.has_bias and not self.supports_bias:
+            r.append("no additive score bias")
+        r.extend(self.extra_reasons(call))
+        return r
+
+    def extra_reasons(self, call: AttentionCall) -> list[str]:
+        """Backend-specific reasons, beyond the declared capabilities."""
+        return []
+
+    def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
+        """Compute (output (..., Lq, dv), weights (..., Lq, Lk) or None)."""
+        raise NotImplementedError

@@ -1,0 +1,67 @@
+"""``math``: the plain PyTorch implementation, always available.
+
+Every score kind, every mask, weights, dropout, autograd. It builds the full (..., Lq, Lk) score
+matrix (and, for additive attention, (chunk, Lk, h) tanh tiles), so it is the path for small
+inputs, for ``return_weights=True`` and the tests' second opinion, not for long sequences.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from attnkit.kernels.base import AttentionCall, Backend
+
+ADDITIVE_CHUNK_ELEMENTS = 2**24
+"""Most (rows x Lk x h) tanh entries built at once by the additive path."""
+
+
+def additive_scores(q: Tensor, k: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    """e_ij = w_v . tanh(W_q q_i + W_k k_j): (..., Lq, Lk), built in query chunks so that at most
+    ADDITIVE_CHUNK_ELEMENTS tanh entries per batch element exist at once."""
+    qp = q @ w_q.transpose(0, 1)  # (..., Lq, h)
+    kp = k @ w_k.transpose(0, 1)  # (..., Lk, h)
+    lk, h = kp.shape[-2], kp.shape[-1]
+    rows = max(1, ADDITIVE_CHUNK_ELEMENTS // max(1, lk * h))
+    parts = []
+    for s in range(0, qp.shape[-2], rows):
+        t = torch.tanh(qp[..., s : s + rows, None, :] + kp[..., None, :, :])  # (..., r, Lk, h)
+        parts.append(t @ w_v)
+    return torch.cat(parts, dim=-2)
+
+
+def masked_softmax(scores: Tensor, allowed: Tensor | None, bias: Tensor | None) -> Tensor:
+    """Softmax over the last dim with an optional bool mask (True = may attend) and additive
+    bias. A row with no allowed key gets all-zero weights (not NaN)."""
+    if bias is not None:
+        scores = scores + bias
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, -math.inf)
+    m = scores.detach().amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(scores - m)
+    s = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)
+
+
+class MathBackend(Backend):
+    name = "math"
+    description = "plain PyTorch: full score matrix, every feature"
+    kinds = ("dot", "additive")
+    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    devices = ("cpu", "cuda", "mps")
+    supports_weights = True
+    supports_dropout = True
+
+    def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
+        if call.kind == "dot":
+            scores = (call.q @ call.k.transpose(-2, -1)) * call.scale
+        else:
+            scores = additive_scores(call.q, call.k, call.w_q, call.w_k, call.w_v)
+        allowed, bias = call.dense_mask()
+        w = masked_softmax(scores, allowed, bias)
+        wd = torch.nn.functional.dropout(w, call.dropout_p) if call.dropout_p > 0 else w
+        out = wd @ call.v
+        return out, (w if call.return_weights else None)
