@@ -6,14 +6,18 @@ order in which ``backend="auto"`` tries them (first one that can serve the call 
 
 from __future__ import annotations
 
+from attnkit.kernels.additive_fused import AdditiveFusedBackend
 from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.blocksparse import BlocksparseBackend
 from attnkit.kernels.dense import DenseBackend
 from attnkit.kernels.torch_math import MathBackend
 
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
+        BlocksparseBackend(),
         DenseBackend(),
+        AdditiveFusedBackend(),
         MathBackend(),
     )
 }
