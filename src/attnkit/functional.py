@@ -65,11 +65,14 @@ def _check_qkv(q: object, k: object, v: object, same_width: bool) -> tuple[Tenso
     _check_like("k", k, q)
     _check_like("v", v, q)
     if q.dim() < 2:
-        raise ValueError(f"q: expected shape (..., Lq, d_k) with at least 2 dims, got {tuple(q.shape)}")
+        raise ValueError(
+            f"q: expected shape (..., Lq, d_k) with at least 2 dims, got {tuple(q.shape)}"
+        )
     for name, t, what in (("k", k, "(..., Lk, d_k)"), ("v", v, "(..., Lk, d_v)")):
         if t.dim() != q.dim():
             raise ValueError(
-                f"{name}: expected {q.dim()} dims {what} like q {tuple(q.shape)}, got {tuple(t.shape)}"
+                f"{name}: expected {q.dim()} dims {what} like q {tuple(q.shape)}, "
+                f"got {tuple(t.shape)}"
             )
         if t.shape[:-2] != q.shape[:-2]:
             raise ValueError(
@@ -84,9 +87,7 @@ def _check_qkv(q: object, k: object, v: object, same_width: bool) -> tuple[Tenso
             f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
         )
     if v.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}"
-        )
+        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
     return q, k, v
 
 
@@ -101,8 +102,10 @@ def _normalize_mask(mask: object, q: Tensor, kv_len: int) -> Mask | None:
             raise TypeError(f"mask: expected a bool or floating tensor, got dtype {mask.dtype}")
         if mask.device != q.device:
             raise ValueError(f"mask: expected device {q.device} like q, got {mask.device}")
-        if mask.dim() < 2 or mask.dim() > len(target) or any(
-            m not in (1, t) for m, t in zip(mask.shape[::-1], target[::-1])
+        if (
+            mask.dim() < 2
+            or mask.dim() > len(target)
+            or any(m not in (1, t) for m, t in zip(mask.shape[::-1], target[::-1]))
         ):
             raise ValueError(
                 f"mask: expected a shape broadcastable to (..., Lq, Lk) = {target}, "
@@ -138,7 +141,9 @@ def _check_scale(scale: object, d_k: int) -> float:
 
 
 def _check_dropout(p: object) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) < 1.0:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"dropout_p: expected a number in [0, 1), got {p!r}")
+    if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"dropout_p: expected a number in [0, 1), got {p!r}")
     return float(p)
 
@@ -336,9 +341,13 @@ def additive_attention(
         raise ValueError(f"w_v: expected shape (h,), got {tuple(w_v.shape)}")
     h = w_v.shape[0]
     if w_q.shape != (h, q.shape[-1]):
-        raise ValueError(f"w_q: expected shape (h, d_q) = ({h}, {q.shape[-1]}), got {tuple(w_q.shape)}")
+        raise ValueError(
+            f"w_q: expected shape (h, d_q) = ({h}, {q.shape[-1]}), got {tuple(w_q.shape)}"
+        )
     if w_k.shape != (h, k.shape[-1]):
-        raise ValueError(f"w_k: expected shape (h, d_k) = ({h}, {k.shape[-1]}), got {tuple(w_k.shape)}")
+        raise ValueError(
+            f"w_k: expected shape (h, d_k) = ({h}, {k.shape[-1]}), got {tuple(w_k.shape)}"
+        )
     call = AttentionCall(
         kind="additive",
         q=q,
@@ -406,6 +415,7 @@ def _proj(name: str, x: Tensor, w: object, b: object, in_dim: int) -> Tensor:
         raise ValueError(f"{name}: expected shape (out, {in_dim}), got {tuple(w.shape)}")
     if b is not None:
         b = _check_tensor(name.replace("w_", "b_"), b)
+        _check_like(name.replace("w_", "b_"), b, x, "query")
         if b.shape != (w.shape[0],):
             raise ValueError(
                 f"{name.replace('w_', 'b_')}: expected shape ({w.shape[0]},), got {tuple(b.shape)}"
@@ -450,7 +460,9 @@ def multi_head_attention(
     Returns:
         (output (B, Lq, E_out), weights or None).
     """
-    query, key, value = (_check_tensor(n, t) for n, t in (("query", query), ("key", key), ("value", value)))
+    query, key, value = (
+        _check_tensor(n, t) for n, t in (("query", query), ("key", key), ("value", value))
+    )
     for n, t in (("key", key), ("value", value)):
         _check_like(n, t, query, "query")
         if t.dim() != 3:
@@ -466,7 +478,9 @@ def multi_head_attention(
         raise ValueError(f"num_heads: expected a positive int, got {num_heads!r}")
     g = num_heads if num_kv_heads is None else num_kv_heads
     if not isinstance(g, int) or g < 1 or num_heads % g:
-        raise ValueError(f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, got {g!r}")
+        raise ValueError(
+            f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, got {g!r}"
+        )
     _check_flag("average_weights", average_weights)
     q = _proj("w_q", query, w_q, b_q, query.shape[-1])
     k = _proj("w_k", key, w_k, b_k, key.shape[-1])
@@ -481,7 +495,14 @@ def multi_head_attention(
         k = k.repeat_interleave(num_heads // g, dim=1)
         v = v.repeat_interleave(num_heads // g, dim=1)
     res = scaled_dot_product_attention(
-        q, k, v, mask, scale=scale, dropout_p=dropout_p, return_weights=return_weights, backend=backend
+        q,
+        k,
+        v,
+        mask,
+        scale=scale,
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        backend=backend,
     )
     out, weights = res if return_weights else (res, None)
     b, _, lq, dv = out.shape
