@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=3,
         help="with --model: how many most-attended tokens per head (default 3)",
     )
+    p.add_argument(
+        "--skip-special",
+        action="store_true",
+        help="with --model: leave [CLS]/[SEP] out of the top tokens (they take much of the weight)",
+    )
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
     p.add_argument(
         "--full",
@@ -282,7 +287,9 @@ def _explain_model(ns: argparse.Namespace, sentence: str) -> int:
     try:
         path = default_model_path() if ns.model == "default" else Path(ns.model).expanduser()
         model = BertModel.from_pretrained(path)
-        report = model_attention_report(model, sentence, ns.word, top_k=ns.top_k)
+        report = model_attention_report(
+            model, sentence, ns.word, top_k=ns.top_k, skip_special=ns.skip_special
+        )
     except (FileNotFoundError, ValueError, TypeError) as e:
         raise _UsageError(f"explain --model: {e}") from e
     if ns.json:

@@ -1,0 +1,1 @@
+"""Visualisations of attention (rich terminal output)."""
