@@ -234,6 +234,35 @@ def _dot_call(q, k, v, mask, scale, dropout_p, return_weights, default_scale) ->
     )
 
 
+def _additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights) -> AttentionCall:
+    q, k, v = _check_qkv(q, k, v, same_width=False)
+    w_q, w_k, w_v = _check_tensor("w_q", w_q), _check_tensor("w_k", w_k), _check_tensor("w_v", w_v)
+    for name, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        _check_like(name, t, q)
+    if w_v.dim() != 1:
+        raise ValueError(f"w_v: expected shape (h,), got {tuple(w_v.shape)}")
+    h = w_v.shape[0]
+    if w_q.shape != (h, q.shape[-1]):
+        raise ValueError(
+            f"w_q: expected shape (h, d_q) = ({h}, {q.shape[-1]}), got {tuple(w_q.shape)}"
+        )
+    if w_k.shape != (h, k.shape[-1]):
+        raise ValueError(
+            f"w_k: expected shape (h, d_k) = ({h}, {k.shape[-1]}), got {tuple(w_k.shape)}"
+        )
+    return AttentionCall(
+        kind="additive",
+        q=q,
+        k=k,
+        v=v,
+        mask=_normalize_mask(mask, q, k.shape[-2]),
+        return_weights=_check_flag("return_weights", return_weights),
+        w_q=w_q,
+        w_k=w_k,
+        w_v=w_v,
+    )
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -333,32 +362,7 @@ def additive_attention(
     Returns:
         output (..., Lq, dv) [, weights (..., Lq, Lk)].
     """
-    q, k, v = _check_qkv(q, k, v, same_width=False)
-    w_q, w_k, w_v = _check_tensor("w_q", w_q), _check_tensor("w_k", w_k), _check_tensor("w_v", w_v)
-    for name, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        _check_like(name, t, q)
-    if w_v.dim() != 1:
-        raise ValueError(f"w_v: expected shape (h,), got {tuple(w_v.shape)}")
-    h = w_v.shape[0]
-    if w_q.shape != (h, q.shape[-1]):
-        raise ValueError(
-            f"w_q: expected shape (h, d_q) = ({h}, {q.shape[-1]}), got {tuple(w_q.shape)}"
-        )
-    if w_k.shape != (h, k.shape[-1]):
-        raise ValueError(
-            f"w_k: expected shape (h, d_k) = ({h}, {k.shape[-1]}), got {tuple(w_k.shape)}"
-        )
-    call = AttentionCall(
-        kind="additive",
-        q=q,
-        k=k,
-        v=v,
-        mask=_normalize_mask(mask, q, k.shape[-2]),
-        return_weights=_check_flag("return_weights", return_weights),
-        w_q=w_q,
-        w_k=w_k,
-        w_v=w_v,
-    )
+    call = _additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights)
     return _finish(*_run(call, backend), return_weights)
 
 
@@ -385,18 +389,7 @@ def explain_dispatch(
     if kind == "dot":
         call = _dot_call(q, k, v, mask, scale, dropout_p, return_weights, default_scale=True)
     elif kind == "additive":
-        q, k, v = _check_qkv(q, k, v, same_width=False)
-        call = AttentionCall(
-            kind="additive",
-            q=q,
-            k=k,
-            v=v,
-            mask=_normalize_mask(mask, q, k.shape[-2]),
-            return_weights=_check_flag("return_weights", return_weights),
-            w_q=_check_tensor("w_q", w_q),
-            w_k=_check_tensor("w_k", w_k),
-            w_v=_check_tensor("w_v", w_v),
-        )
+        call = _additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights)
     else:
         raise ValueError(f"kind: expected 'dot' or 'additive', got {kind!r}")
     return _dispatch(call, backend)
