@@ -1,0 +1,151 @@
+"""Dense fp32 attention: attnkit (backend "auto") against torch SDPA, side by side.
+
+Rows (B = 1, H = 8, d = 64, float32): no mask at L = 1k, 4k, 16k (target >= 0.95x); top-left
+causal at L = 4k (``attnkit.masks.causal()`` against SDPA ``is_causal=True``); forward+backward at
+L = 4k; and the per-call overhead of attnkit (validation + dispatch) at L = 64, where the kernel
+time is small. ``--quick`` runs L = 256 / 512 with few repeats.
+
+    python benchmarks/bench_dense.py --list
+    python benchmarks/bench_dense.py --row dense-4k [--quick]
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+import torch.nn.functional as F
+from common import interleaved_times, main, row, spread
+
+import attnkit
+from attnkit import masks
+
+B, H, D = 1, 8, 64
+
+
+def _qkv(length: int, grad: bool = False) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    return tuple(
+        torch.randn(B, H, length, D, generator=g, dtype=torch.float32).requires_grad_(grad)
+        for _ in range(3)
+    )
+
+
+def _backend(q, k, v, mask=None) -> str:
+    return str(attnkit.explain_dispatch(q, k, v, mask).chosen)
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def _measure(ours, peer, reps: int, **extra) -> dict:
+    """Interleaved timings of attnkit and the peer: medians, plus noise gauges in ``extra``:
+    each side's relative spread (IQR / median) and the ratio of the fastest runs (noise only
+    adds time, so on a loaded machine it is the steadier estimate)."""
+    t = interleaved_times({"impl": ours, "peer": peer}, warmup=1, reps=reps)
+    extra.update(
+        reps=reps,
+        spread=f"{spread(t['impl']):.0%}/{spread(t['peer']):.0%}",
+        ratio_of_mins=round(min(t["peer"]) / min(t["impl"]), 3),
+    )
+    return dict(
+        impl_s=float(statistics.median(t["impl"])),
+        peer_s=float(statistics.median(t["peer"])),
+        extra=extra,
+    )
+
+
+def _forward_row(length: int, reps: int, causal: bool = False) -> dict:
+    q, k, v = _qkv(length)
+    mask = masks.causal() if causal else None
+
+    def ours():
+        return attnkit.scaled_dot_product_attention(q, k, v, mask)
+
+    def peer():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    with torch.inference_mode():
+        err = _max_err(ours(), peer())
+        res = _measure(ours, peer, reps, backend=_backend(q, k, v, mask), rel_err=f"{err:.1e}")
+    what = "causal" if causal else "no mask"
+    return dict(
+        case=f"L={length} fwd, {what}", peer="torch SDPA" + (" is_causal" if causal else ""), **res
+    )
+
+
+def _fwd_bwd_row(length: int, reps: int) -> dict:
+    q, k, v = _qkv(length, grad=True)
+    g = torch.randn(B, H, length, D, generator=torch.Generator().manual_seed(1))
+
+    def ours():
+        out = attnkit.scaled_dot_product_attention(q, k, v)
+        return torch.autograd.grad(out, (q, k, v), g)
+
+    def peer():
+        out = F.scaled_dot_product_attention(q, k, v)
+        return torch.autograd.grad(out, (q, k, v), g)
+
+    err = max(_max_err(a, b) for a, b in zip(ours(), peer(), strict=True))
+    res = _measure(ours, peer, reps, backend=_backend(q, k, v), grad_rel_err=f"{err:.1e}")
+    return dict(case=f"L={length} fwd+bwd, no mask", peer="torch SDPA fwd+bwd", **res)
+
+
+@row("dense-1k", "dense fp32", "L=1024 fwd, no mask", ">=0.95x")
+def dense_1k(quick: bool) -> dict:
+    return _forward_row(256, 5) if quick else _forward_row(1024, 31)
+
+
+@row("dense-4k", "dense fp32", "L=4096 fwd, no mask", ">=0.95x")
+def dense_4k(quick: bool) -> dict:
+    return _forward_row(512, 5) if quick else _forward_row(4096, 11)
+
+
+@row("dense-16k", "dense fp32", "L=16384 fwd, no mask", ">=0.95x")
+def dense_16k(quick: bool) -> dict:
+    return _forward_row(512, 3) if quick else _forward_row(16384, 7)
+
+
+@row("dense-causal-4k", "dense fp32", "L=4096 fwd, causal", ">=0.95x")
+def dense_causal_4k(quick: bool) -> dict:
+    return _forward_row(512, 5, causal=True) if quick else _forward_row(4096, 11, causal=True)
+
+
+@row("dense-fwdbwd-4k", "dense fp32", "L=4096 fwd+bwd, no mask", ">=0.95x")
+def dense_fwdbwd_4k(quick: bool) -> dict:
+    return _fwd_bwd_row(256, 3) if quick else _fwd_bwd_row(4096, 5)
+
+
+@row("dense-overhead", "dense fp32", "per-call overhead, L=64")
+def dense_overhead(quick: bool) -> dict:
+    """attnkit's fixed cost per call (validation + dispatch), from many calls on a tiny input."""
+    q, k, v = _qkv(64)
+    calls = 50 if quick else 400
+
+    def ours():
+        for _ in range(calls):
+            attnkit.scaled_dot_product_attention(q, k, v)
+
+    def peer():
+        for _ in range(calls):
+            F.scaled_dot_product_attention(q, k, v)
+
+    with torch.inference_mode():
+        t = interleaved_times({"impl": ours, "peer": peer}, warmup=1, reps=5 if quick else 21)
+    # per call; the fastest rounds, as noise only adds time and the cost is a few µs
+    ours_us, peer_us = min(t["impl"]) / calls * 1e6, min(t["peer"]) / calls * 1e6
+    return dict(
+        impl_s=float(statistics.median(t["impl"])) / calls,
+        peer_s=float(statistics.median(t["peer"])) / calls,
+        peer="torch SDPA",
+        extra=dict(
+            overhead_us=round(ours_us - peer_us, 1),
+            attnkit_best_us=round(ours_us, 1),
+            sdpa_best_us=round(peer_us, 1),
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()
