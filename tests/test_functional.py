@@ -671,6 +671,21 @@ def test_forced_backend_that_cannot_serve_raises_with_reasons():
         F.additive_attention(q, q, q, w, w, torch.randn(3), backend="dense")
 
 
+def test_forced_backend_ignores_speed_reasons():
+    """auto skips blocksparse on plain causal (dense is faster); forcing it still runs, exactly."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = rand(g, 2, 97, 8), rand(g, 2, 97, 8), rand(g, 2, 97, 5)
+    auto = F.explain_dispatch(q, k, v, M.causal())
+    assert auto.chosen == "dense" and any("causal" in r for r in auto.reasons["blocksparse"])
+    forced = F.explain_dispatch(q, k, v, M.causal(), backend="blocksparse")
+    assert forced.chosen == "blocksparse"
+    out = F.scaled_dot_product_attention(q, k, v, M.causal(), backend="blocksparse")
+    ref = R.scaled_dot_product(
+        q.numpy(), k.numpy(), v.numpy(), mask=np.tril(np.ones((97, 97), bool))
+    )
+    assert rel_err(out, ref.output) <= TOL[torch.float64]
+
+
 def test_return_weights_too_large_raises_and_explains():
     lq = WEIGHTS_LIMIT // 4096 + 1
     q, k = torch.randn(lq, 1), torch.randn(4096, 1)

@@ -185,12 +185,15 @@ def _dispatch(call: AttentionCall, backend: str) -> Dispatch:
         raise ValueError(
             f"backend: expected 'auto' or one of {sorted(kernels.BACKENDS)}, got {backend!r}"
         )
-    reasons = {n: kernels.BACKENDS[n].not_supported_reasons(call) for n in names}
     if backend != "auto":
-        if backend not in reasons:
-            reasons[backend] = kernels.BACKENDS[backend].not_supported_reasons(call)
-        chosen = backend if not reasons[backend] else None
-        return Dispatch(chosen, reasons, backend)
+        # a forced backend must be able to serve the call; being slower is the user's choice
+        b = kernels.BACKENDS[backend]
+        reasons = {backend: b.not_supported_reasons(call)}
+        return Dispatch(backend if not reasons[backend] else None, reasons, backend)
+    reasons = {}
+    for n in names:
+        b = kernels.BACKENDS[n]
+        reasons[n] = b.not_supported_reasons(call) or b.speed_reasons(call)
     chosen = next((n for n in names if not reasons[n]), None)
     return Dispatch(chosen, reasons, backend)
 

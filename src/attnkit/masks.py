@@ -2,8 +2,10 @@
 
 A mask says which keys each query may attend to. Mask objects are small and lazy: they never
 build the full ``Lq x Lk`` grid unless asked (:meth:`Mask.materialize`), and they classify blocks
-of the grid as empty, full or partial cheaply (:meth:`Mask.block_map`), which is what lets the
-block-sparse kernel skip masked work.
+of the grid as empty, full or partial cheaply and exactly (:meth:`Mask.block_map`), which is what
+lets the block-sparse kernel skip masked work. Block maps are cached on the mask object per
+``(Lq, Lk, block_q, block_kv)``; masks that hold tensors are immutable by convention (do not
+modify the tensors you passed in after building the mask).
 
 Shape legend
 ------------
@@ -22,6 +24,8 @@ Combine masks with ``&`` (both allow) and ``|`` (either allows). Additive float 
 
 The other convention (True = *ignore*, as in ``torch.nn.MultiheadAttention``'s
 ``key_padding_mask``) is converted only through the named helper :func:`from_key_padding_mask`.
+
+The grids in the docstrings below are checked against :meth:`Mask.materialize` by the tests.
 """
 
 from __future__ import annotations
@@ -38,12 +42,19 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 
 Alignment = Literal["top_left", "bottom_right"]
 
+BLOCK_MAP_CACHE_SIZE = 16
+"""Block maps kept per mask object (least recently computed dropped first)."""
+
+_EVAL_ELEMENTS = 2**22
+"""Most mask entries evaluated at once when a block map needs exact evaluation."""
+
 __all__ = [
     "EMPTY",
     "FULL",
     "PARTIAL",
     "Mask",
     "alibi",
+    "alibi_slopes",
     "as_mask",
     "causal",
     "document",
@@ -57,7 +68,7 @@ __all__ = [
 ]
 
 
-def _check_alignment(alignment: str) -> None:
+def _check_alignment(alignment: object) -> None:
     if alignment not in ("top_left", "bottom_right"):
         raise ValueError(f"alignment: expected 'top_left' or 'bottom_right', got {alignment!r}")
 
@@ -65,6 +76,10 @@ def _check_alignment(alignment: str) -> None:
 def _offset(alignment: str, q_len: int, kv_len: int) -> int:
     """Shift added to a query index so that it lines up with key indices."""
     return kv_len - q_len if alignment == "bottom_right" else 0
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _block_edges(n: int, block: int) -> tuple[Tensor, Tensor]:
@@ -75,16 +90,31 @@ def _block_edges(n: int, block: int) -> tuple[Tensor, Tensor]:
 
 
 def _classify(all_in: Tensor, any_in: Tensor) -> Tensor:
-    """Block classes from 'every entry allowed' / 'some entry allowed' booleans."""
+    """Block classes (int8) from 'every entry allowed' / 'some entry allowed' booleans."""
+    all_in, any_in = torch.broadcast_tensors(all_in, any_in)
     out = torch.full(all_in.shape, PARTIAL, dtype=torch.int8)
     out[~any_in] = EMPTY
     out[all_in] = FULL
     return out
 
 
+def _classify_tile(t: Tensor, block_q: int, block_kv: int) -> Tensor:
+    """Block classes of an evaluated tile ``(..., n, m)`` bool cut into blocks from its top-left
+    corner (the last block in each direction may be shorter): int8 (..., ceil(n/bq), ceil(m/bk))."""
+    n, m = t.shape[-2:]
+    pq, pk = -n % block_q, -m % block_kv
+    # padding must not change the classification: pad with True for 'all', False for 'any'
+    all_in = torch.nn.functional.pad(t, (0, pk, 0, pq), value=True) if pq or pk else t
+    any_in = torch.nn.functional.pad(t, (0, pk, 0, pq), value=False) if pq or pk else t
+    shape = t.shape[:-2] + ((n + pq) // block_q, block_q, (m + pk) // block_kv, block_kv)
+    all_b = all_in.reshape(shape).all(-1).all(-2)
+    any_b = any_in.reshape(shape).any(-1).any(-2)
+    return _classify(all_b, any_b)
+
+
 def _check_sizes(q_len: int, kv_len: int) -> None:
     for name, n in (("q_len", q_len), ("kv_len", kv_len)):
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        if not _is_int(n) or n < 1:
             raise ValueError(f"{name}: expected a positive int, got {n!r}")
 
 
@@ -92,7 +122,7 @@ class Mask:
     """Base class of all masks (True = may attend).
 
     Subclasses implement :meth:`_allowed` on index grids, and optionally :meth:`_block_map`
-    analytically (the default evaluates the mask block by block) and :meth:`_bias`.
+    analytically (the default evaluates the mask block row by block row) and :meth:`_bias`.
     """
 
     batch_shape: tuple[int, ...] = ()
@@ -105,7 +135,7 @@ class Mask:
     # --- to implement -------------------------------------------------------------------------
     def _allowed(self, qi: Tensor, kj: Tensor, q_len: int, kv_len: int) -> Tensor:
         """Bool broadcastable to batch_shape + (n, m) for query indices ``qi`` (n, 1) and key
-        indices ``kj`` (1, m)."""
+        indices ``kj`` (1, m); its batch dims (if any) are the leading ones of batch_shape."""
         raise NotImplementedError
 
     def _bias(self, qi: Tensor, kj: Tensor, q_len: int, kv_len: int) -> Tensor | None:
@@ -113,27 +143,42 @@ class Mask:
         return None
 
     def _block_map(self, q_len: int, kv_len: int, block_q: int, block_kv: int) -> Tensor:
+        """Exact classes of the *allowed* part (ignoring any bias): int8 broadcastable to
+        batch_shape + (nq, nk). The default evaluates the mask in row chunks of blocks."""
         nq = math.ceil(q_len / block_q)
         nk = math.ceil(kv_len / block_kv)
-        out = torch.empty(self.batch_shape + (nq, nk), dtype=torch.int8)
-        kj = torch.arange(kv_len)[None, :]
-        for bi in range(nq):
-            q0 = bi * block_q
-            q1 = min(q0 + block_q, q_len)
-            rows = self._allowed(torch.arange(q0, q1)[:, None], kj, q_len, kv_len)
-            rows = rows.expand(self.batch_shape + (q1 - q0, kv_len))
-            pad = nk * block_kv - kv_len
-            if pad:
-                # padding keys must not change the classification: pad with the row's own value
-                # for 'all' (True) and for 'any' (False)
-                all_in = torch.nn.functional.pad(rows, (0, pad), value=True)
-                any_in = torch.nn.functional.pad(rows, (0, pad), value=False)
-            else:
-                all_in = any_in = rows
-            all_b = all_in.unflatten(-1, (nk, block_kv)).all(-1).all(-2)
-            any_b = any_in.unflatten(-1, (nk, block_kv)).any(-1).any(-2)
-            out[..., bi, :] = _classify(all_b, any_b)
+        rows_per_step = max(1, _EVAL_ELEMENTS // max(1, block_q * kv_len * self._batch_numel()))
+        parts = []
+        for b0 in range(0, nq, rows_per_step):
+            q0, q1 = b0 * block_q, min((b0 + rows_per_step) * block_q, q_len)
+            t = self.tile(q0, q1, 0, kv_len, q_len, kv_len)
+            parts.append(_classify_tile(t, block_q, block_kv))
+        out = torch.cat(parts, dim=-2)
+        assert out.shape[-2:] == (nq, nk)
         return out
+
+    def _band(self) -> _Band | None:
+        """This mask as a single band ``lo <= j - (i + offset) <= hi`` when it is one, else None
+        (used to merge intersections of bands and by the block-sparse kernel)."""
+        return None
+
+    # --- helpers ------------------------------------------------------------------------------
+    def _batch_numel(self) -> int:
+        return math.prod(self.batch_shape)
+
+    def _cache(self) -> dict:
+        return self.__dict__.setdefault("_block_map_cache", {})
+
+    def _classes(self, q_len: int, kv_len: int, block_q: int, block_kv: int) -> Tensor:
+        """Cached exact classes of the allowed part, int8 batch_shape + (nq, nk), contiguous."""
+        key = ("allowed", q_len, kv_len, block_q, block_kv)
+        cache = self._cache()
+        if key not in cache:
+            nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
+            bm = self._block_map(q_len, kv_len, block_q, block_kv)
+            bm = bm.expand(self.batch_shape + (nq, nk)).contiguous()
+            _cache_put(cache, key, bm)
+        return cache[key]
 
     # --- public API --------------------------------------------------------------------------
     def materialize(self, q_len: int, kv_len: int) -> Tensor:
@@ -144,7 +189,7 @@ class Mask:
 
     def tile(self, q0: int, q1: int, k0: int, k1: int, q_len: int, kv_len: int) -> Tensor:
         """Rows ``q0:q1``, columns ``k0:k1`` of the materialized mask:
-        batch_shape + (q1-q0, k1-k0) bool."""
+        batch_shape + (q1-q0, k1-k0) bool (possibly an expanded view)."""
         qi = torch.arange(q0, q1)[:, None]
         kj = torch.arange(k0, k1)[None, :]
         out = self._allowed(qi, kj, q_len, kv_len)
@@ -170,22 +215,26 @@ class Mask:
 
     def block_map(self, q_len: int, kv_len: int, block_q: int, block_kv: int) -> Tensor:
         """Classify every (block_q x block_kv) block: int8 batch_shape + (nq, nk) of
-        EMPTY / PARTIAL / FULL.
+        EMPTY (no entry allowed) / PARTIAL / FULL (every entry allowed).
 
-        Computed without building the Lq x Lk grid for the structured masks; the last block in
-        each direction may be shorter. A block with a score bias is never FULL (it needs the
-        bias applied), only PARTIAL or EMPTY.
+        Exact, and computed without building the Lq x Lk grid for the structured masks
+        (causal, sliding windows, key padding, documents, prefix-LM and their combinations);
+        the last block in each direction may be shorter. A block with a score bias is never
+        FULL (it needs the bias applied), only PARTIAL or EMPTY. The result is cached on the
+        mask per (q_len, kv_len, block_q, block_kv): treat it as read-only.
         """
         _check_sizes(q_len, kv_len)
         for name, b in (("block_q", block_q), ("block_kv", block_kv)):
-            if not isinstance(b, int) or b < 1:
+            if not _is_int(b) or b < 1:
                 raise ValueError(f"{name}: expected a positive int, got {b!r}")
-        bm = self._block_map(q_len, kv_len, block_q, block_kv)
-        nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
-        bm = bm.expand(self.batch_shape + (nq, nk))
-        if self.has_bias:
-            bm = torch.where(bm == FULL, torch.tensor(PARTIAL, dtype=torch.int8), bm)
-        return bm
+        key = ("public", q_len, kv_len, block_q, block_kv)
+        cache = self._cache()
+        if key not in cache:
+            bm = self._classes(q_len, kv_len, block_q, block_kv)
+            if self.has_bias:
+                bm = torch.where(bm == FULL, torch.tensor(PARTIAL, dtype=torch.int8), bm)
+            _cache_put(cache, key, bm)
+        return cache[key]
 
     def __and__(self, other: Mask) -> Mask:
         return _And(self, _require_mask(other, "&"))
@@ -201,6 +250,12 @@ class Mask:
         return {}
 
 
+def _cache_put(cache: dict, key: tuple, value: Tensor) -> None:
+    if len(cache) >= 2 * BLOCK_MAP_CACHE_SIZE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
 def _require_mask(other: object, op: str) -> Mask:
     if not isinstance(other, Mask):
         raise TypeError(f"mask {op} other: expected a Mask, got {type(other).__name__}")
@@ -213,7 +268,7 @@ def _common_batch(a: Mask, b: Mask) -> tuple[int, ...]:
     sa = a.batch_shape + (1,) * (n - len(a.batch_shape))
     sb = b.batch_shape + (1,) * (n - len(b.batch_shape))
     out = []
-    for x, y in zip(sa, sb):
+    for x, y in zip(sa, sb, strict=True):
         if x != y and 1 not in (x, y):
             raise ValueError(
                 f"mask: cannot combine masks with batch shapes {a.batch_shape} and {b.batch_shape}"
@@ -228,6 +283,24 @@ def _lift(x: Tensor, nb: int) -> Tensor:
     if have >= nb:
         return x
     return x.reshape(x.shape[:-2] + (1,) * (nb - have) + x.shape[-2:])
+
+
+def _refine(mask: Mask, bm: Tensor, ambiguous: Tensor, q_len, kv_len, block_q, block_kv) -> Tensor:
+    """Replace the blocks flagged ``ambiguous`` in ``bm`` (both batch_shape + (nq, nk)) by their
+    exact classes, evaluating ``mask`` only on the key span of each affected block row."""
+    rows = ambiguous.reshape(-1, *ambiguous.shape[-2:]).any(0)  # (nq, nk)
+    if not bool(rows.any()):
+        return bm
+    bm = bm.clone(memory_format=torch.contiguous_format)
+    for qb in rows.any(1).nonzero().flatten().tolist():
+        cols = rows[qb].nonzero().flatten()
+        c0, c1 = int(cols[0]), int(cols[-1]) + 1
+        q0, q1 = qb * block_q, min((qb + 1) * block_q, q_len)
+        k0, k1 = c0 * block_kv, min(c1 * block_kv, kv_len)
+        exact = _classify_tile(mask.tile(q0, q1, k0, k1, q_len, kv_len), block_q, block_kv)
+        sel = ambiguous[..., qb, c0:c1]
+        bm[..., qb, c0:c1] = torch.where(sel, exact[..., 0, :], bm[..., qb, c0:c1])
+    return bm
 
 
 class _And(Mask):
@@ -254,14 +327,26 @@ class _And(Mask):
             return bb
         return ba if bb is None else ba + bb
 
+    def _band(self):
+        ba, bb = self.a._band(), self.b._band()
+        if ba is None or bb is None or ba.alignment != bb.alignment:
+            return None
+        return _Band(max(ba.lo, bb.lo), min(ba.hi, bb.hi), ba.alignment)
+
     def _block_map(self, q_len, kv_len, block_q, block_kv):
+        band = self._band()
+        if band is not None:
+            return band._block_map(q_len, kv_len, block_q, block_kv)
         ma, mb = self._parts(
-            self.a.block_map(q_len, kv_len, block_q, block_kv),
-            self.b.block_map(q_len, kv_len, block_q, block_kv),
+            self.a._classes(q_len, kv_len, block_q, block_kv),
+            self.b._classes(q_len, kv_len, block_q, block_kv),
         )
         full = (ma == FULL) & (mb == FULL)
         empty = (ma == EMPTY) | (mb == EMPTY)
-        return _classify(full, ~empty)
+        bm = _classify(full, ~empty).expand(self.batch_shape + full.shape[-2:])
+        # two partial blocks may leave nothing allowed together: evaluate those exactly
+        ambiguous = ((ma == PARTIAL) & (mb == PARTIAL)).expand(bm.shape)
+        return _refine(self, bm, ambiguous, q_len, kv_len, block_q, block_kv)
 
     def __repr__(self) -> str:
         return f"({self.a!r} & {self.b!r})"
@@ -287,15 +372,15 @@ class _Or(Mask):
 
     def _block_map(self, q_len, kv_len, block_q, block_kv):
         ma, mb = self._parts(
-            self.a.block_map(q_len, kv_len, block_q, block_kv),
-            self.b.block_map(q_len, kv_len, block_q, block_kv),
+            self.a._classes(q_len, kv_len, block_q, block_kv),
+            self.b._classes(q_len, kv_len, block_q, block_kv),
         )
         full = (ma == FULL) | (mb == FULL)
         empty = (ma == EMPTY) & (mb == EMPTY)
-        bm = _classify(full, ~empty)
-        # two partial blocks may together cover the block: only exact evaluation can tell, and
-        # PARTIAL is always a correct (conservative) answer.
-        return bm
+        bm = _classify(full, ~empty).expand(self.batch_shape + full.shape[-2:])
+        # two partial blocks may together cover the block: evaluate those exactly
+        ambiguous = ((ma == PARTIAL) & (mb == PARTIAL)).expand(bm.shape)
+        return _refine(self, bm, ambiguous, q_len, kv_len, block_q, block_kv)
 
     def __repr__(self) -> str:
         return f"({self.a!r} | {self.b!r})"
@@ -309,6 +394,13 @@ class _Band(Mask):
     def __init__(self, lo: float, hi: float, alignment: str) -> None:
         _check_alignment(alignment)
         self.lo, self.hi, self.alignment = lo, hi, alignment
+
+    def _band(self) -> _Band:
+        return self
+
+    def offset(self, q_len: int, kv_len: int) -> int:
+        """Shift added to query indices before comparing with key indices."""
+        return _offset(self.alignment, q_len, kv_len)
 
     def _allowed(self, qi, kj, q_len, kv_len):
         d = kj - (qi + _offset(self.alignment, q_len, kv_len))
@@ -325,11 +417,14 @@ class _Band(Mask):
         off = _offset(self.alignment, q_len, kv_len)
         qs, qe = (qs + off)[:, None], (qe + off)[:, None]
         ks, ke = ks[None, :], ke[None, :]
-        dmin = ks - qe  # smallest j - i in the block
+        dmin = ks - qe  # smallest j - i in the block (every value up to dmax occurs)
         dmax = ke - qs  # largest j - i in the block
         any_in = (dmax >= self.lo) & (dmin <= self.hi)
         all_in = (dmin >= self.lo) & (dmax <= self.hi)
         return _classify(all_in, any_in)
+
+    def _repr_fields(self):
+        return {"lo": self.lo, "hi": self.hi, "alignment": self.alignment}
 
 
 class causal(_Band):  # noqa: N801 - lower-case like a function, as users call it
@@ -343,6 +438,9 @@ class causal(_Band):  # noqa: N801 - lower-case like a function, as users call i
         1 0 0 0 0       1 1 1 0 0
         1 1 0 0 0       1 1 1 1 0
         1 1 1 0 0       1 1 1 1 1
+
+    With Lq > Lk, bottom-right alignment leaves the first Lq - Lk rows without any key (they
+    give output 0).
     """
 
     def __init__(self, alignment: Alignment = "top_left") -> None:
@@ -353,22 +451,27 @@ class causal(_Band):  # noqa: N801 - lower-case like a function, as users call i
 
 
 class sliding_window(_Band):  # noqa: N801
-    """Sliding window: query ``i`` may attend to keys ``i - left <= j <= i + right``.
+    """Sliding window: query ``i`` may attend to keys ``i - left <= j <= i + right`` (after
+    alignment, as in :class:`causal`).
 
-    ``right`` defaults to ``left`` (symmetric window); ``sliding_window(w) & causal()`` gives a
-    local-causal mask. ``sliding_window(1)`` on 5 x 5::
+    ``right`` defaults to ``left`` (symmetric window); ``sliding_window(w) & causal()`` (or
+    ``sliding_window(w, 0)``) gives a local-causal mask. ``sliding_window(1)`` and
+    ``sliding_window(2, 0)`` on 5 x 5::
 
-        1 1 0 0 0
-        1 1 1 0 0
-        0 1 1 1 0
-        0 0 1 1 1
-        0 0 0 1 1
+        sliding_window(1)   sliding_window(2, 0)
+        1 1 0 0 0           1 0 0 0 0
+        1 1 1 0 0           1 1 0 0 0
+        0 1 1 1 0           1 1 1 0 0
+        0 0 1 1 1           0 1 1 1 0
+        0 0 0 1 1           0 0 1 1 1
     """
 
-    def __init__(self, left: int, right: int | None = None, alignment: Alignment = "top_left"):
+    def __init__(
+        self, left: int, right: int | None = None, alignment: Alignment = "top_left"
+    ) -> None:
         right = left if right is None else right
         for name, w in (("left", left), ("right", right)):
-            if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+            if not _is_int(w) or w < 0:
                 raise ValueError(f"sliding_window: {name} must be an int >= 0, got {w!r}")
         super().__init__(-left, right, alignment)
         self.left, self.right = left, right
@@ -378,18 +481,25 @@ class sliding_window(_Band):  # noqa: N801
 
 
 def _as_index_tensor(x, name: str, ndim: tuple[int, ...]) -> Tensor:
-    t = torch.as_tensor(x)
+    try:
+        t = torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"{name}: expected integers, got {type(x).__name__} ({e})") from None
+    if 0 in t.shape:
+        raise ValueError(f"{name}: expected a non-empty tensor, got shape {tuple(t.shape)}")
     if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
         raise TypeError(f"{name}: expected an integer tensor, got dtype {t.dtype}")
     if t.dim() not in ndim:
-        raise ValueError(f"{name}: expected {' or '.join(map(str, ndim))} dims, got shape {tuple(t.shape)}")
-    return t.to(torch.long).cpu()
+        want = " or ".join(map(str, ndim))
+        raise ValueError(f"{name}: expected {want} dims, got shape {tuple(t.shape)}")
+    return t.to(torch.long).cpu().clone()
 
 
 class key_padding(Mask):  # noqa: N801
     """Key padding: in batch element ``b`` only keys ``j < lengths[b]`` are valid.
 
-    ``lengths``: (B,) integer valid-key counts. ``key_padding([3, 1])`` with Lq = 2, Lk = 4::
+    ``lengths``: (B,) integer valid-key counts (>= 0; a count of 0 leaves the rows without any
+    key, and they give output 0). ``key_padding([3, 1])`` with Lq = 2, Lk = 4::
 
         b=0: 1 1 1 0      b=1: 1 0 0 0
              1 1 1 0           1 0 0 0
@@ -409,27 +519,39 @@ class key_padding(Mask):  # noqa: N801
         n = self.lengths[:, None]
         any_in = ks[None, :] < n
         all_in = ke[None, :] < n
-        nq = math.ceil(q_len / block_q)
-        return _classify(all_in, any_in)[:, None, :].expand(-1, nq, -1).contiguous()
+        return _classify(all_in, any_in)[:, None, :]
 
     def _repr_fields(self):
         return {"lengths": self.lengths.tolist()}
 
 
+def _presence(x: Tensor, block: int, n_ids: int) -> Tensor:
+    """(R, L) ids in [0, n_ids) -> (R, ceil(L / block), n_ids) float32: 1 where the id occurs
+    in the block."""
+    r, length = x.shape
+    nb = math.ceil(length / block)
+    p = torch.zeros(r * nb * n_ids, dtype=torch.float32)
+    blk = torch.arange(length) // block
+    idx = (torch.arange(r)[:, None] * nb + blk[None, :]) * n_ids + x
+    p[idx.flatten()] = 1.0
+    return p.reshape(r, nb, n_ids)
+
+
 class document(Mask):  # noqa: N801
     """Document (block-diagonal) mask: attend only within the same document.
 
-    ``ids``: document id per position, (L,) or (B, L); ``kv_ids`` for the keys when they differ
-    from the queries (defaults to ``ids``). ids ``[0, 0, 1, 1, 1]``::
+    ``ids``: integer document id per position, (L,) or (B, L); ``kv_ids`` for the keys when they
+    differ from the queries (defaults to ``ids``; same batch layout). Ids need not be sorted.
+    ids ``[0, 0, 1, 1, 1]`` and ids ``[0, 1, 0]``::
 
-        1 1 0 0 0
-        1 1 0 0 0
-        0 0 1 1 1
+        [0, 0, 1, 1, 1]   [0, 1, 0]
+        1 1 0 0 0         1 0 1
+        1 1 0 0 0         0 1 0
+        0 0 1 1 1         1 0 1
         0 0 1 1 1
         0 0 1 1 1
 
-    Block maps are exact for ids that are sorted (packed sequences); unsorted ids are handled
-    correctly but classify blocks by evaluation.
+    Block maps are exact for any ids and cost O(L + nq * nk * n_docs), never Lq x Lk.
     """
 
     def __init__(self, ids, kv_ids=None) -> None:
@@ -457,32 +579,60 @@ class document(Mask):  # noqa: N801
         b = self.kv_ids[..., kj[0, :]][..., None, :]
         return a == b
 
+    def is_sorted(self) -> bool:
+        """True when ids and kv_ids are non-decreasing (packed sequences)."""
+        return bool((self.ids[..., 1:] >= self.ids[..., :-1]).all()) and bool(
+            (self.kv_ids[..., 1:] >= self.kv_ids[..., :-1]).all()
+        )
+
     def _block_map(self, q_len, kv_len, block_q, block_kv):
         self._check_len(q_len, kv_len)
-        sorted_q = bool((self.ids[..., 1:] >= self.ids[..., :-1]).all())
-        sorted_k = bool((self.kv_ids[..., 1:] >= self.kv_ids[..., :-1]).all())
-        if not (sorted_q and sorted_k):
+        qids = self.ids.reshape(-1, q_len)
+        kids = self.kv_ids.reshape(-1, kv_len)
+        both = torch.cat([qids.flatten(), kids.flatten()])
+        lo, hi = int(both.min()), int(both.max())
+        if hi - lo < both.numel():  # small id range: use the ids themselves (no sort)
+            inv, n_ids = both - lo, hi - lo + 1
+        else:
+            uniq, inv = torch.unique(both, return_inverse=True)
+            n_ids = len(uniq)
+        rows = qids.shape[0]
+        nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
+        if rows * max(nq, nk) * n_ids > 4 * _EVAL_ELEMENTS:  # many distinct ids: evaluate
             return super()._block_map(q_len, kv_len, block_q, block_kv)
-        qs, qe = _block_edges(q_len, block_q)
-        ks, ke = _block_edges(kv_len, block_kv)
-        qlo, qhi = self.ids[..., qs][..., :, None], self.ids[..., qe][..., :, None]
-        klo, khi = self.kv_ids[..., ks][..., None, :], self.kv_ids[..., ke][..., None, :]
-        any_in = (qlo <= khi) & (klo <= qhi)  # id ranges overlap (sorted ids: ranges are dense)
-        all_in = (qlo == qhi) & (klo == khi) & (qlo == klo)
-        if any_in.any():
-            # overlapping id ranges need not share an id (e.g. ids 0,2 vs 1): refine those blocks
-            exact = super()._block_map(q_len, kv_len, block_q, block_kv)
-            return torch.where(any_in & ~all_in, exact, _classify(all_in, any_in))
-        return _classify(all_in, any_in)
+        pq = _presence(inv[: qids.numel()].reshape(qids.shape), block_q, n_ids)
+        pk = _presence(inv[qids.numel() :].reshape(kids.shape), block_kv, n_ids)
+        any_in = (pq @ pk.transpose(1, 2)) > 0  # a shared id exists (exact: sums of 0/1)
+        single_q = pq.sum(-1) == 1
+        single_k = pk.sum(-1) == 1
+        all_in = any_in & single_q[:, :, None] & single_k[:, None, :]
+        out = _classify(all_in, any_in)
+        return out if self.batch_shape else out[0]
+
+    def spans(self, which: str = "ids") -> list[list[tuple[int, int, int]]]:
+        """Runs of equal ids per batch row: ``[[(id, start, end), ...], ...]`` (end exclusive);
+        one list per batch row (a single one for (L,) ids). ``which`` is "ids" or "kv_ids"."""
+        if which not in ("ids", "kv_ids"):
+            raise ValueError(f"which: expected 'ids' or 'kv_ids', got {which!r}")
+        t = self.ids if which == "ids" else self.kv_ids
+        t = t.reshape(-1, t.shape[-1])
+        out = []
+        for row in t:
+            change = (row[1:] != row[:-1]).nonzero().flatten() + 1
+            starts = [0] + change.tolist()
+            ends = change.tolist() + [row.shape[0]]
+            out.append([(int(row[s]), s, e) for s, e in zip(starts, ends, strict=True)])
+        return out
 
     def _repr_fields(self):
         return {"ids": tuple(self.ids.shape)}
 
 
 class prefix_lm(Mask):  # noqa: N801
-    """Prefix-LM mask: keys ``j < prefix_len`` are visible to all queries, the rest causally.
+    """Prefix-LM mask: keys ``j < prefix_len`` are visible to all queries, the rest causally
+    (``j <= i``, top-left aligned).
 
-    ``prefix_len``: an int, or (B,) ints per batch element. ``prefix_lm(2)`` on 4 x 4::
+    ``prefix_len``: an int >= 0, or (B,) ints per batch element. ``prefix_lm(2)`` on 4 x 4::
 
         1 1 0 0
         1 1 0 0
@@ -491,8 +641,8 @@ class prefix_lm(Mask):  # noqa: N801
     """
 
     def __init__(self, prefix_len) -> None:
-        if isinstance(prefix_len, int) and not isinstance(prefix_len, bool):
-            self.prefix = torch.tensor([prefix_len])
+        if _is_int(prefix_len) or (isinstance(prefix_len, Tensor) and prefix_len.dim() == 0):
+            self.prefix = _as_index_tensor(prefix_len, "prefix_len", (0,)).reshape(1)
             self.batch_shape = ()
         else:
             self.prefix = _as_index_tensor(prefix_len, "prefix_len", (1,))
@@ -510,25 +660,36 @@ class prefix_lm(Mask):  # noqa: N801
         c = causal()._block_map(q_len, kv_len, block_q, block_kv)
         ks, ke = _block_edges(kv_len, block_kv)
         p = self._p()
-        pre_full = (ke[None, :] < p) if not self.batch_shape else (ke[None, None, :] < p)
-        pre_any = (ks[None, :] < p) if not self.batch_shape else (ks[None, None, :] < p)
+        pre_full = ke[None, :] < p  # (1, nk) or (B, 1, nk): the block's keys are all prefix
+        pre_any = ks[None, :] < p
+        # exact: a block is full iff causal-full or all its keys are in the prefix; empty iff
+        # causal-empty and none of its keys is in the prefix
         full = (c == FULL) | pre_full
         empty = (c == EMPTY) & ~pre_any
         return _classify(full, ~empty)
 
     def _repr_fields(self):
-        return {"prefix_len": self.prefix.tolist()}
+        p = self.prefix.tolist()
+        return {"prefix_len": p if self.batch_shape else p[0]}
 
 
 class from_predicate(Mask):  # noqa: N801
     """A mask from a predicate ``fn(b, h, q_idx, kv_idx) -> bool tensor`` (FlexAttention's
     ``mask_mod`` form, True = may attend).
 
-    ``fn`` must be vectorised: it is called with broadcastable index tensors, ``q_idx`` (n, 1),
-    ``kv_idx`` (1, m), ``b`` (B, 1, 1) when ``batch_size`` is given (else a 0-d zero) and ``h``
-    (B', H, 1, 1) when ``num_heads`` is given (else a 0-d zero); the result must broadcast to
-    ([B,] [H,] n, m). Block maps evaluate the predicate block row
-    by block row (O(block_q x Lk) memory), so prefer the named masks when one fits.
+    ``fn`` must be vectorised: it is called with broadcastable int64 index tensors ``q_idx``
+    (n, 1) and ``kv_idx`` (1, m); ``b`` is ``arange(batch_size)`` shaped (B, 1, 1) -- (B, 1, 1, 1)
+    when ``num_heads`` is also given -- or a 0-d zero; ``h`` is ``arange(num_heads)`` shaped
+    (H, 1, 1), or a 0-d zero. The result must broadcast to ([B,] [H,] n, m); the mask's
+    batch_shape is (B,), (B or 1, H) or (). ``from_predicate(lambda b, h, q, k: (q + k) % 2 == 0)``
+    on 3 x 3::
+
+        1 0 1
+        0 1 0
+        1 0 1
+
+    Block maps evaluate the predicate in rows of blocks (O(block_q x Lk) memory per row, Lq x Lk
+    work), so prefer the named masks when one fits.
     """
 
     def __init__(
@@ -540,7 +701,7 @@ class from_predicate(Mask):  # noqa: N801
         if not callable(fn):
             raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
         for name, n in (("batch_size", batch_size), ("num_heads", num_heads)):
-            if n is not None and (not isinstance(n, int) or n < 1):
+            if n is not None and (not _is_int(n) or n < 1):
                 raise ValueError(f"{name}: expected a positive int or None, got {n!r}")
         self.fn = fn
         self.batch_size, self.num_heads = batch_size, num_heads
@@ -552,36 +713,51 @@ class from_predicate(Mask):  # noqa: N801
     def _allowed(self, qi, kj, q_len, kv_len):
         zero = torch.zeros((), dtype=torch.long)
         nb = len(self.batch_shape)
-        b = torch.arange(self.batch_size).reshape((-1,) + (1,) * (nb + 1)) if self.batch_size else zero
+        b = (
+            torch.arange(self.batch_size).reshape((-1,) + (1,) * (nb + 1))
+            if self.batch_size
+            else zero
+        )
         h = torch.arange(self.num_heads)[:, None, None] if self.num_heads else zero
         out = self.fn(b, h, qi, kj)
         if not isinstance(out, Tensor) or out.dtype != torch.bool:
             got = out.dtype if isinstance(out, Tensor) else type(out).__name__
             raise TypeError(f"fn: expected the predicate to return a bool tensor, got {got}")
-        return out
+        want = self.batch_shape + (qi.shape[0], kj.shape[1])
+        try:
+            return torch.broadcast_to(out, want)
+        except RuntimeError:
+            raise ValueError(
+                f"fn: expected the predicate's result to broadcast to {want}, "
+                f"got shape {tuple(out.shape)}"
+            ) from None
 
     def _repr_fields(self):
         return {"fn": getattr(self.fn, "__name__", "fn")}
 
 
 class from_tensor(Mask):  # noqa: N801
-    """A mask from an explicit tensor.
+    """A mask from an explicit tensor ``t``.
 
     A bool tensor is True = may attend. A float tensor is *added* to the scores (seed 001's
     ``M``); ``-inf`` entries disallow a key. Shape (..., Lq, Lk): its leading dims line up with
     the *leading* batch dims of the inputs (each 1 or equal). ``attnkit.functional`` first
     right-aligns a tensor given as ``mask=`` (torch broadcasting, e.g. (Lq, Lk) or
-    (B, 1, Lq, Lk) for (B, H, Lq, d) inputs) and then wraps it here.
+    (B, 1, Lq, Lk) for (B, H, Lq, d) inputs) and then wraps it here. The bool tensor
+    ``[[1, 0, 1], [0, 1, 1]]`` is simply::
+
+        1 0 1
+        0 1 1
     """
 
     def __init__(self, t: Tensor) -> None:
         if not isinstance(t, Tensor):
-            raise TypeError(f"mask: expected a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"mask (t): expected a torch.Tensor, got {type(t).__name__}")
         if t.dtype != torch.bool and not t.is_floating_point():
-            raise TypeError(f"mask: expected a bool or floating tensor, got dtype {t.dtype}")
+            raise TypeError(f"mask (t): expected a bool or floating tensor, got dtype {t.dtype}")
         if t.dim() < 2:
             raise ValueError(
-                f"mask: expected a tensor of shape (..., Lq, Lk), got {tuple(t.shape)}"
+                f"mask (t): expected a tensor of shape (..., Lq, Lk), got {tuple(t.shape)}"
             )
         self.t = t
         self.batch_shape = tuple(t.shape[:-2])
@@ -595,7 +771,8 @@ class from_tensor(Mask):  # noqa: N801
             )
 
     def _sel(self, qi, kj):
-        return self.t[..., qi[:, 0], :][..., kj[0, :]].cpu()
+        t = self.t.index_select(-2, qi[:, 0].to(self.t.device))
+        return t.index_select(-1, kj[0, :].to(self.t.device)).cpu()
 
     def _allowed(self, qi, kj, q_len, kv_len):
         self._check_len(q_len, kv_len)
@@ -611,15 +788,22 @@ class from_tensor(Mask):  # noqa: N801
 
 
 class alibi(Mask):  # noqa: N801
-    """ALiBi (Press et al.) as a score bias: ``bias[i, j] = -slope * |i - j|`` (bottom-right
-    aligned when Lq != Lk); every key stays allowed. One slope for all heads here; for per-head
-    slopes use :func:`alibi_slopes` with a bias per head in ``attnkit.nn``.
+    """ALiBi (Press et al.) as a score bias: ``bias[i, j] = -slope * |j - (i + Lk - Lq)|``
+    (bottom-right aligned when Lq != Lk); every key stays allowed. One slope for all heads here;
+    for per-head slopes use :func:`alibi_slopes` with a bias per head in ``attnkit.nn``.
+    ``alibi(1)`` on 3 x 4 (the bias; the allowed grid is all ones)::
+
+        -1  0 -1 -2
+        -2 -1  0 -1
+        -3 -2 -1  0
     """
 
     has_bias = True
 
     def __init__(self, slope: float) -> None:
-        if not (isinstance(slope, (int, float)) and math.isfinite(slope)):
+        if isinstance(slope, bool) or not (
+            isinstance(slope, (int, float)) and math.isfinite(slope)
+        ):
             raise ValueError(f"slope: expected a finite number, got {slope!r}")
         self.slope = float(slope)
 
@@ -632,7 +816,7 @@ class alibi(Mask):  # noqa: N801
 
     def _block_map(self, q_len, kv_len, block_q, block_kv):
         nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
-        return torch.full((nq, nk), PARTIAL, dtype=torch.int8)
+        return torch.full((nq, nk), FULL, dtype=torch.int8)  # every key allowed
 
     def _repr_fields(self):
         return {"slope": self.slope}
@@ -641,7 +825,7 @@ class alibi(Mask):  # noqa: N801
 def alibi_slopes(num_heads: int) -> Tensor:
     """The ALiBi head slopes of Press et al.: (num_heads,) float64, 2^(-8 k / n) for k = 1..n
     (with the paper's interleaving when n is not a power of two)."""
-    if not isinstance(num_heads, int) or num_heads < 1:
+    if not _is_int(num_heads) or num_heads < 1:
         raise ValueError(f"num_heads: expected a positive int, got {num_heads!r}")
 
     def pow2(n: int) -> list[float]:
@@ -658,23 +842,21 @@ def alibi_slopes(num_heads: int) -> Tensor:
 
 def from_key_padding_mask(m: Tensor) -> Mask:
     """Convert a ``torch.nn.MultiheadAttention``-style ``key_padding_mask`` (B, Lk), where
-    **True means ignore**, into an attnkit mask (True = may attend).
+    **True means ignore**, into an attnkit mask (True = may attend). A float (B, Lk) mask is
+    added to the scores of every query (``-inf`` ignores the key), as in torch.
 
-    ``[[False, False, True]]`` (ignore the last key) becomes, for any Lq::
+    ``[[False, False, True]]`` (ignore the last key) becomes, for Lq = 2::
 
+        1 1 0
         1 1 0
     """
     if not isinstance(m, Tensor):
         raise TypeError(f"key_padding_mask: expected a torch.Tensor, got {type(m).__name__}")
-    if m.dtype != torch.bool:
-        if not m.is_floating_point():
-            raise TypeError(f"key_padding_mask: expected bool or float, got dtype {m.dtype}")
-        if m.dim() != 2:
-            raise ValueError(f"key_padding_mask: expected (B, Lk), got shape {tuple(m.shape)}")
-        return _KeyColumns(m)
-    if m.dim() != 2:
+    if m.dtype != torch.bool and not m.is_floating_point():
+        raise TypeError(f"key_padding_mask: expected bool or float, got dtype {m.dtype}")
+    if m.dim() != 2 or 0 in m.shape:
         raise ValueError(f"key_padding_mask: expected (B, Lk), got shape {tuple(m.shape)}")
-    return _KeyColumns(~m)
+    return _KeyColumns(m if m.is_floating_point() else ~m)
 
 
 class _KeyColumns(Mask):
@@ -691,10 +873,13 @@ class _KeyColumns(Mask):
                 f"key_padding_mask: expected (B, Lk) with Lk={kv_len}, got {tuple(self.cols.shape)}"
             )
 
+    def _ok(self) -> Tensor:
+        c = self.cols
+        return c if c.dtype == torch.bool else c != -math.inf
+
     def _allowed(self, qi, kj, q_len, kv_len):
         self._check_len(kv_len)
-        c = self.cols[:, kj[0, :]][:, None, :]
-        c = c if c.dtype == torch.bool else c != -math.inf
+        c = self._ok()[:, kj[0, :]][:, None, :]
         return c.expand(-1, qi.shape[0], -1)
 
     def _bias(self, qi, kj, q_len, kv_len):
@@ -702,22 +887,35 @@ class _KeyColumns(Mask):
         c = torch.where(c == -math.inf, torch.zeros((), dtype=c.dtype), c)
         return c.expand(-1, qi.shape[0], -1)
 
+    def _block_map(self, q_len, kv_len, block_q, block_kv):
+        self._check_len(kv_len)
+        return _classify_tile(self._ok()[:, None, :], 1, block_kv)  # (B, 1, nk)
+
+    def _repr_fields(self):
+        return {"shape": tuple(self.cols.shape), "dtype": self.cols.dtype}
+
 
 def from_additive(m: Tensor) -> Mask:
     """Convert an additive float mask (added to the scores; ``-inf`` disallows, seed 001's
-    ``M``) of shape (Lq, Lk) or (B, Lq, Lk) into a mask object."""
+    ``M``) of shape (Lq, Lk) or (B, Lq, Lk) into a mask object. ``[[0, -inf], [0.5, 0]]``
+    allows::
+
+        1 0
+        1 1
+    """
     if not isinstance(m, Tensor) or not m.is_floating_point():
         got = m.dtype if isinstance(m, Tensor) else type(m).__name__
-        raise TypeError(f"mask: expected a floating tensor, got {got}")
+        raise TypeError(f"m: expected a floating tensor (additive mask), got {got}")
     return from_tensor(m)
 
 
 def as_mask(mask: Mask | Tensor | None) -> Mask | None:
-    """Normalise a user's ``mask`` argument: a Mask, a tensor (see :class:`from_tensor`), or None."""
+    """Normalise a user's ``mask`` argument: a Mask, a tensor (:class:`from_tensor`), or None."""
     if mask is None or isinstance(mask, Mask):
         return mask
     if isinstance(mask, Tensor):
         return from_tensor(mask)
     raise TypeError(
-        f"mask: expected a Mask object, a bool/float torch.Tensor or None, got {type(mask).__name__}"
+        "mask: expected a Mask object, a bool/float torch.Tensor or None, "
+        f"got {type(mask).__name__}"
     )

@@ -168,7 +168,14 @@ class Backend:
         return r
 
     def extra_reasons(self, call: AttentionCall) -> list[str]:
-        """Backend-specific reasons, beyond the declared capabilities."""
+        """Backend-specific reasons it *cannot* serve the call, beyond the declared capabilities."""
+        return []
+
+    def speed_reasons(self, call: AttentionCall) -> list[str]:
+        """Reasons the backend *could* serve the call but would be slower than the next one.
+
+        ``backend="auto"`` honours them; ``backend=NAME`` ignores them, so a user can force a
+        backend that is correct but not the fastest choice."""
         return []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
