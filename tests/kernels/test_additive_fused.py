@@ -1,0 +1,320 @@
+"""The fused additive kernel (``additive_fused``) against float64 oracles.
+
+Outputs are compared with :func:`attnkit.reference.additive` (float64 NumPy), gradients with the
+``math`` backend run in float64 through torch autograd. Tolerance: relative error
+norm(diff) / norm(oracle) <= 1e-5 for the float32 kernel, outputs and every gradient. Rows a
+mask leaves without keys must be exactly 0, gradients finite.
+
+The kernels are compiled once per session (first call; later sessions load numba's disk cache).
+One test re-runs edge shapes in a subprocess with numba's bounds checking switched on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit import functional as F
+from attnkit import masks as M
+from attnkit import reference as R
+from attnkit.kernels import BACKENDS
+from attnkit.kernels import additive_fused as AF
+from attnkit.kernels.base import AttentionCall
+
+TOL = 1e-5
+ATOL = 1e-6
+"""Absolute slack per entry, for gradients that vanish mathematically (e.g. w.r.t. q when there
+is a single key: the softmax is 1 whatever the score). Inputs and upstream gradients are O(1), so
+float32 rounding leaves ~1e-7 there; a relative error of ~1e-7 / 0 would mean nothing."""
+BACKEND = BACKENDS["additive_fused"]
+
+pytestmark = pytest.mark.skipif(
+    BACKEND.available() is not None, reason=f"additive_fused unavailable: {BACKEND.available()}"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    """Compile the kernels (or load them from numba's disk cache) once, before the tests."""
+    xs = make_inputs((1,), 3, 4, 2, 2, 2, 2)
+    F.additive_attention(*xs, backend="additive_fused").sum().backward()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+def make_inputs(batch, lq, lk, dq, dk, dv, h, seed=0, sharp=1.0):
+    """float32 q (batch, Lq, dq), k (batch, Lk, dk), v (batch, Lk, dv), w_q (h, dq), w_k (h, dk),
+    w_v (h,), all requiring grad. ``sharp`` scales w_v (larger = peakier softmax)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).float()
+
+    xs = [
+        rnd(*batch, lq, dq),
+        rnd(*batch, lk, dk),
+        rnd(*batch, lk, dv),
+        rnd(h, dq, scale=dq**-0.5),
+        rnd(h, dk, scale=dk**-0.5),
+        rnd(h, scale=2.0 * sharp * h**-0.5),
+    ]
+    return [x.requires_grad_() for x in xs]
+
+
+def rel_err(got: torch.Tensor | np.ndarray, ref: torch.Tensor | np.ndarray) -> float:
+    """norm(got - ref) / norm(ref), with norm(ref) floored at ATOL * sqrt(size) / TOL."""
+    g = got.detach().double().numpy() if isinstance(got, torch.Tensor) else got
+    r = ref.detach().double().numpy() if isinstance(ref, torch.Tensor) else ref
+    assert g.shape == r.shape, (g.shape, r.shape)
+    floor = ATOL * np.sqrt(r.size) / TOL
+    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), floor))
+
+
+def reference_output(xs, mask) -> np.ndarray:
+    """float64 reference output; the mask object becomes a NumPy bool array whose batch dims are
+    lined up with the leading batch dims of q (singletons inserted after them)."""
+    q, k, v, wq, wk, wv = (x.detach().double().numpy() for x in xs)
+    m = None
+    if mask is not None:
+        lq, lk, nb = q.shape[-2], k.shape[-2], q.ndim - 2
+        mb = tuple(mask.batch_shape)
+        t = mask.materialize(lq, lk)
+        m = t.reshape(mb + (1,) * (nb - len(mb)) + (lq, lk)).numpy()
+    return R.additive(q, k, v, wq, wk, wv, mask=m).output
+
+
+def check(xs, mask=None, grads=True):
+    """Run the fused kernel; compare output (and gradients) with the float64 oracles."""
+    out = F.additive_attention(*xs, mask, backend="additive_fused")
+    assert out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+    assert rel_err(out, reference_output(xs, mask)) <= TOL
+    if not grads:
+        return out
+    g_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    got = torch.autograd.grad(out, xs, g_out.float())
+    x64 = [x.detach().double().requires_grad_() for x in xs]
+    ref = torch.autograd.grad(F.additive_attention(*x64, mask, backend="math"), x64, g_out)
+    for name, a, b in zip(("q", "k", "v", "w_q", "w_k", "w_v"), got, ref):
+        assert torch.isfinite(a).all(), name
+        assert rel_err(a, b) <= TOL, (name, rel_err(a, b))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes
+# ---------------------------------------------------------------------------------------------
+SHAPES = {
+    # batch, Lq, Lk, dq, dk, dv, h
+    "tiny 1x1": ((1,), 1, 1, 1, 1, 1, 1),
+    "no batch dims": ((), 7, 5, 3, 4, 6, 8),
+    "Lq 97, Lk 1025": ((2, 3), 97, 1025, 16, 12, 20, 24),
+    "Lq 1025, Lk 7": ((2,), 1025, 7, 8, 8, 5, 16),
+    "one head, Lq 129, Lk 130": ((1, 1), 129, 130, 32, 32, 64, 64),
+    "huge d": ((1,), 33, 130, 64, 48, 1000, 300),
+}
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_matches_float64_reference(name):
+    check(make_inputs(*SHAPES[name]))
+
+
+def test_peaky_softmax():
+    """Scores spread over tens of units (std ~25): online max and rescaling must stay exact, and
+    the backward must recompute exactly the forward's scores (else P drifts from its lse)."""
+    check(make_inputs((2,), 45, 300, 8, 8, 8, 32, seed=3, sharp=20.0))
+
+
+def test_large_projections_take_the_direct_tanh_path():
+    """|W_q q| beyond EXP_LIMIT: the kernels evaluate tanh(qp + kp) directly (tanh_f32) instead
+    of the exp form; both paths must agree with the reference."""
+    xs = make_inputs((2,), 50, 140, 8, 8, 8, 16, seed=11)
+    typical = [(x @ w.T).detach() for x, w in zip(xs[:2], xs[3:5])]
+    assert AF._tanh_operands(*typical)[2] is False  # the other tests use the exp form
+    with torch.no_grad():
+        xs[0].mul_(40.0)  # qp entries up to ~100, kp ~N(0, 1): saturated and unsaturated tanh
+        xs[1][0, :3].mul_(40.0)  # a few keys with large kp of either sign as well
+    qp = (xs[0] @ xs[3].T).detach()
+    assert float(qp.abs().max()) > AF.EXP_LIMIT
+    assert AF._tanh_operands(qp, (xs[1] @ xs[4].T).detach())[2] is True
+    check(xs)
+
+
+def test_one_thread_and_non_contiguous_inputs():
+    xs = make_inputs((2, 2), 40, 70, 8, 8, 8, 16, seed=4)
+    q_t = xs[0].detach().transpose(-1, -2).contiguous().transpose(-1, -2).requires_grad_()
+    assert not q_t.is_contiguous()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        check([q_t] + xs[1:])
+    finally:
+        torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# masks
+# ---------------------------------------------------------------------------------------------
+def _predicate(b, h, i, j):
+    return ((i * 7 + j * 3) % 5 != 0) | (j == 0)
+
+
+MASKS = {
+    "causal": lambda lq, lk: M.causal(),
+    "causal bottom_right": lambda lq, lk: M.causal("bottom_right"),
+    "sliding window 9": lambda lq, lk: M.sliding_window(9),
+    "local causal": lambda lq, lk: M.sliding_window(40, 0) & M.causal(),
+    "key padding": lambda lq, lk: M.key_padding([lk, lk // 3 + 1]),
+    "document": lambda lq, lk: M.document(
+        torch.arange(lq) * 4 // lq, kv_ids=torch.arange(lk) * 4 // lk
+    ),
+    "prefix lm": lambda lq, lk: M.prefix_lm([3, 150]),
+    "predicate": lambda lq, lk: M.from_predicate(_predicate),
+    "bool tensor": lambda lq, lk: M.from_tensor(
+        torch.rand((2, 1, lq, lk), generator=torch.Generator().manual_seed(5)) < 0.7
+    ),
+    "window | padding": lambda lq, lk: M.sliding_window(2) | M.key_padding([10, 200]),
+}
+
+
+@pytest.mark.parametrize("name", MASKS)
+def test_masks(name):
+    lq, lk = (200, 200) if name == "prefix lm" else (161, 290)
+    xs = make_inputs((2, 3), lq, lk, 8, 8, 12, 16, seed=6)
+    check(xs, MASKS[name](lq, lk))
+
+
+def test_mask_with_head_dim():
+    """A mask with batch and head dims (batch_shape (2, 3)) against q (2, 3, Lq, d)."""
+    mask = M.from_predicate(lambda b, h, i, j: (j + b + h) % 3 != 0, batch_size=2, num_heads=3)
+    check(make_inputs((2, 3), 37, 150, 8, 8, 8, 8, seed=7), mask)
+
+
+def test_fully_masked_rows_are_zero():
+    lq, lk = 70, 140
+    allowed = torch.rand((lq, lk), generator=torch.Generator().manual_seed(8)) < 0.5
+    allowed[::3] = False  # every third row sees no key
+    mask = M.from_tensor(allowed) & M.key_padding([0, lk])  # batch 0 sees nothing at all
+    xs = make_inputs((2, 2), lq, lk, 8, 8, 8, 16, seed=9)
+    out = check(xs, mask)
+    assert (out[0] == 0).all()
+    assert (out[1, :, ::3] == 0).all()
+    out = F.additive_attention(*xs, mask, backend="additive_fused")
+    g = torch.autograd.grad(out.sum(), xs[0])[0]
+    assert (g[0] == 0).all() and (g[1, :, ::3] == 0).all()
+
+
+def test_causal_bottom_right_more_queries_than_keys():
+    """Lq > Lk with bottom-right alignment: the first Lq - Lk query rows see no key."""
+    xs = make_inputs((1, 2), 100, 37, 8, 8, 8, 16, seed=10)
+    out = check(xs, M.causal("bottom_right"))
+    assert (out[..., : 100 - 37, :] == 0).all()
+
+
+def test_structured_masks_pack_only_partial_tiles():
+    """Causal / window masks at L = 4096: only diagonal tiles are evaluated and stored."""
+    length = 4096
+    q = torch.zeros((1, 2, length, 1))
+    w = torch.zeros((1, 1))
+    nq, nk = length // AF.BLOCK_Q, length // AF.BLOCK_K
+    for mask, most in ((M.causal(), nq), (M.sliding_window(128), 3 * nq)):
+        call = AttentionCall("additive", q, q, q, mask=mask, w_q=w, w_k=w, w_v=w[0])
+        tiles = AF.mask_tiles(call)
+        assert tiles.classes.shape == (1, nq, nk)
+        assert 1 < tiles.tiles.shape[0] <= most + 1  # + the unused filler tile 0
+        assert (tiles.tile_id >= 0).sum() == tiles.tiles.shape[0] - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatch
+# ---------------------------------------------------------------------------------------------
+def test_dispatch_and_reasons():
+    xs = [x.detach() for x in make_inputs((1,), 5, 6, 3, 3, 3, 4)]
+    assert F.explain_dispatch(*xs[:3], kind="additive", w_q=xs[3], w_k=xs[4], w_v=xs[5]).chosen == (
+        "additive_fused"
+    )
+    x64 = [x.double() for x in xs]
+    d = F.explain_dispatch(*x64[:3], kind="additive", w_q=x64[3], w_k=x64[4], w_v=x64[5])
+    assert d.chosen == "math"
+    assert any("float64" in r and "math" in r for r in d.reasons["additive_fused"])
+    bias = M.from_tensor(torch.zeros((5, 6)))
+    d = F.explain_dispatch(*xs[:3], bias, kind="additive", w_q=xs[3], w_k=xs[4], w_v=xs[5])
+    assert d.chosen == "math" and any("bias" in r for r in d.reasons["additive_fused"])
+    d = F.explain_dispatch(
+        *xs[:3], kind="additive", return_weights=True, w_q=xs[3], w_k=xs[4], w_v=xs[5]
+    )
+    assert d.chosen == "math" and any("weights" in r for r in d.reasons["additive_fused"])
+    with pytest.raises(ValueError, match="additive_fused"):
+        F.additive_attention(*x64, backend="additive_fused")
+
+
+def test_first_writable_cache_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert AF._first_writable([blocker / "cache"]) is None
+    assert AF._first_writable([blocker / "cache", tmp_path / "ok"]) == str(tmp_path / "ok")
+
+
+# ---------------------------------------------------------------------------------------------
+# bounds checking
+# ---------------------------------------------------------------------------------------------
+BOUNDSCHECK_SCRIPT = textwrap.dedent(
+    """
+    import json, numba, numpy as np, torch
+    from attnkit import functional as F, masks as M
+    from attnkit.kernels import additive_fused as AF
+
+    @numba.njit
+    def oob(a):
+        return a[a.size]
+
+    try:
+        oob(np.zeros(3))
+        checking = False
+    except IndexError:
+        checking = True
+    errors = {}
+    cases = [((1,), 1, 1, None), ((1,), 1, 129, None), ((2,), 33, 1, None),
+             ((1, 2), 129, 257, M.causal()), ((2,), 31, 131, M.key_padding([0, 130])),
+             ((1,), 5, 300, M.sliding_window(3)), ((1,), 3, 2, M.causal("bottom_right"))]
+    for n, (batch, lq, lk, mask) in enumerate(cases):
+        g = torch.Generator().manual_seed(n)
+        shapes = (batch + (lq, 3), batch + (lk, 2), batch + (lk, 5), (4, 3), (4, 2), (4,))
+        scales = (1.0, 1.0, 1.0, 3**-0.5, 2**-0.5, 1.0)
+        xs = [(torch.randn(s, generator=g) * c).requires_grad_() for s, c in zip(shapes, scales)]
+        out = F.additive_attention(*xs, mask, backend="additive_fused")
+        g_out = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        grads = torch.autograd.grad(out, xs, g_out.float())
+        x64 = [x.detach().double().requires_grad_() for x in xs]
+        ref = F.additive_attention(*x64, mask, backend="math")
+        ref_grads = torch.autograd.grad(ref, x64, g_out)
+        err = [float((a.double() - b).norm() / max(float(b.norm()), 0.1 * b.numel() ** 0.5))
+               for a, b in zip((out,) + grads, (ref,) + ref_grads)]
+        errors[str((batch, lq, lk, repr(mask)))] = max(err)
+    print("RESULT " + json.dumps(dict(checking=checking, errors=errors)))
+    """
+)
+
+
+def test_edge_shapes_under_boundscheck(tmp_path):
+    """Edge shapes with numba's bounds checks on (fresh compile, no optimisation): no
+    out-of-bounds access (it would raise IndexError), results still correct."""
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_OPT="0", NUMBA_CACHE_DIR=str(tmp_path))
+    p = subprocess.run(
+        [sys.executable, "-c", BOUNDSCHECK_SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))
+    res = json.loads(line[len("RESULT ") :])
+    assert res["checking"], "bounds checking was not active in the subprocess"
+    for case, err in res["errors"].items():
+        assert err <= TOL, (case, err)
