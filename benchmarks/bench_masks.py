@@ -7,7 +7,9 @@ Rows (B = 1, H = 8, d = 64, float32; ``--quick`` runs L = 1024 with few repeats)
   compiled FlexAttention's steady state (>= 1.0x; compile and ``create_block_mask`` times in the
   notes); forward+backward vs dense-mask SDPA forward+backward (>= 10x);
 - documents at L = 16384 (8 documents of random lengths >= 64, as in the prototype): vs compiled
-  FlexAttention (>= 1.0x) and vs dense-mask SDPA;
+  FlexAttention (>= 1.0x) and vs dense-mask SDPA, forward and forward+backward (FlexAttention has
+  no backward on CPU, so forward+backward is compared with dense-mask SDPA only);
+- local-causal (window 128 & causal) forward+backward at L = 16384 vs dense-mask SDPA;
 - causal at L = 4096 vs SDPA ``is_causal``: attnkit's auto dispatch sends a plain top-left causal
   mask to the ``dense`` backend (SDPA ``is_causal`` itself); the row times the ``blocksparse``
   kernel on the same mask (``causal("bottom_right")`` with Lq = Lk) and notes the auto time.
@@ -158,6 +160,20 @@ def doc_fwd_16k(quick: bool) -> dict:
     length, reps = (1024, 5) if quick else (16384, 5)
     ids = _doc_ids(length)
     return _vs_dense_mask(length, reps, lambda: masks.document(ids), "8 documents", False)
+
+
+@row("doc-fwdbwd-16k", "documents", "L=16384 fwd+bwd vs dense-mask SDPA")
+def doc_fwdbwd_16k(quick: bool) -> dict:
+    length, reps = (1024, 3) if quick else (16384, 3)
+    ids = _doc_ids(length)
+    return _vs_dense_mask(length, reps, lambda: masks.document(ids), "8 documents", True)
+
+
+@row("local-causal-fwdbwd-16k", "sliding window 128", "L=16384 fwd+bwd, window & causal")
+def local_causal_fwdbwd_16k(quick: bool) -> dict:
+    length, reps = (1024, 3) if quick else (16384, 3)
+    make = lambda: masks.sliding_window(W, 0) & masks.causal()  # noqa: E731
+    return _vs_dense_mask(length, reps, make, "local-causal 128", True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -233,6 +233,23 @@ def _fmt_value(v: object) -> str:
     return str(v)
 
 
+COMPILE_KEYS = ("flex_compile_s", "compile_fwd_s")
+BLOCK_MASK_KEYS = ("create_block_mask_s", "plan_s")
+"""Keys of a row's ``extra`` shown in their own columns: the peer's (or our kernel's) compile
+time, and the time to build the block mask (FlexAttention) or the block plan (attnkit)."""
+
+
+def _extra(row: dict) -> dict:
+    extra = row.get("extra") or {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def fmt_extra_time(row: dict, keys: tuple[str, ...]) -> str:
+    extra = _extra(row)
+    parts = [f"{fmt_time(extra[k])} ({k.removesuffix('_s')})" for k in keys if k in extra]
+    return ", ".join(parts)
+
+
 def fmt_notes(row: dict) -> str:
     if row.get("status") != "ok":
         last = [ln for ln in (row.get("error") or "").splitlines() if ln.strip()]
@@ -240,7 +257,8 @@ def fmt_notes(row: dict) -> str:
     extra = row.get("extra") or {}
     if not isinstance(extra, dict):
         return _fmt_value(extra)
-    return ", ".join(f"{k}={_fmt_value(v)}" for k, v in extra.items())
+    shown = COMPILE_KEYS + BLOCK_MASK_KEYS
+    return ", ".join(f"{k}={_fmt_value(v)}" for k, v in extra.items() if k not in shown)
 
 
 def fmt_met(row: dict) -> str:
@@ -258,6 +276,8 @@ COLUMNS = (
     "target",
     "met",
     "peak MiB (+row)",
+    "compile",
+    "block mask / plan",
     "notes",
 )
 
@@ -273,6 +293,8 @@ def cells(row: dict) -> list[str]:
         row.get("target", "") or "",
         fmt_met(row),
         fmt_mem(row),
+        fmt_extra_time(row, COMPILE_KEYS),
+        fmt_extra_time(row, BLOCK_MASK_KEYS),
         fmt_notes(row),
     ]
 
