@@ -46,7 +46,44 @@ def _uniform(t: Tensor, fan_in: int) -> None:
     nn.init.uniform_(t, -bound, bound)
 
 
-class AdditiveAttention(nn.Module):
+class _ScoredAttention(nn.Module):
+    """Shared forward of the single-head scored attention modules: check the inputs, default
+    ``value`` to ``key``, then :meth:`_attend` (one :mod:`attnkit.functional` call)."""
+
+    query_dim: int
+    key_dim: int
+    value_dim: int | None = None  # None: any width
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor | None = None,
+        mask: Mask | Tensor | None = None,
+        *,
+        return_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Args:
+            query: (..., Lq, dq); key: (..., Lk, dk); value: (..., Lk, dv), default ``key``.
+            mask: True = may attend, broadcastable to (..., Lq, Lk), or a mask object.
+            return_weights: also return the weights (..., Lq, Lk).
+
+        Returns:
+            (output (..., Lq, dv), weights (..., Lq, Lk) or None).
+        """
+        _check_input("query", query, self.query_dim, "(..., Lq, query_dim)")
+        _check_input("key", key, self.key_dim, "(..., Lk, key_dim)")
+        value = key if value is None else value
+        if self.value_dim is not None:
+            _check_input("value", value, self.value_dim, "(..., Lk, value_dim)")
+        res = self._attend(query, key, value, mask, return_weights)
+        return res if return_weights else (res, None)
+
+    def _attend(self, query, key, value, mask, return_weights):
+        raise NotImplementedError
+
+
+class AdditiveAttention(_ScoredAttention):
     """Bahdanau attention (seed 004): ``e_ij = w_vᵀ tanh(W_q q_i + W_k k_j)``,
     ``a_ij = softmax_j(e_ij)``, ``out_i = sum_j a_ij v_j``.
 
@@ -79,31 +116,10 @@ class AdditiveAttention(nn.Module):
         _uniform(self.w_k, self.key_dim)
         _uniform(self.w_v, self.hidden_dim)
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor | None = None,
-        mask: Mask | Tensor | None = None,
-        *,
-        return_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Args:
-            query: (..., Lq, dq); key: (..., Lk, dk); value: (..., Lk, dv), default ``key``.
-            mask: True = may attend, broadcastable to (..., Lq, Lk), or a mask object.
-            return_weights: also return the weights (..., Lq, Lk).
-
-        Returns:
-            (output (..., Lq, dv), weights (..., Lq, Lk) or None).
-        """
-        _check_input("query", query, self.query_dim, "(..., Lq, query_dim)")
-        _check_input("key", key, self.key_dim, "(..., Lk, key_dim)")
-        value = key if value is None else value
-        _check_input("value", value, self.value_dim, "(..., Lk, value_dim)")
-        res = F.additive_attention(
+    def _attend(self, query, key, value, mask, return_weights):
+        return F.additive_attention(
             query, key, value, self.w_q, self.w_k, self.w_v, mask, return_weights=return_weights
         )
-        return res if return_weights else (res, None)
 
     def extra_repr(self) -> str:
         return (
@@ -112,7 +128,7 @@ class AdditiveAttention(nn.Module):
         )
 
 
-class GeneralAttention(nn.Module):
+class GeneralAttention(_ScoredAttention):
     """Luong's "general" (bilinear) attention: ``e_ij = q_i W k_jᵀ``, softmax over j, weighted
     sum of the values. No scaling.
 
@@ -133,30 +149,10 @@ class GeneralAttention(nn.Module):
     def reset_parameters(self) -> None:
         _uniform(self.weight, self.key_dim)
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor | None = None,
-        mask: Mask | Tensor | None = None,
-        *,
-        return_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Args:
-            query: (..., Lq, dq); key: (..., Lk, dk); value: (..., Lk, dv), default ``key``.
-            mask: True = may attend, broadcastable to (..., Lq, Lk), or a mask object.
-            return_weights: also return the weights (..., Lq, Lk).
-
-        Returns:
-            (output (..., Lq, dv), weights (..., Lq, Lk) or None).
-        """
-        _check_input("query", query, self.query_dim, "(..., Lq, query_dim)")
-        _check_input("key", key, self.key_dim, "(..., Lk, key_dim)")
-        value = key if value is None else value
-        res = F.general_attention(
+    def _attend(self, query, key, value, mask, return_weights):
+        return F.general_attention(
             query, key, value, self.weight, mask, return_weights=return_weights
         )
-        return res if return_weights else (res, None)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}"
