@@ -15,7 +15,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from common import interleaved_times, main, row, spread
+from common import interleaved_times, main, measure_pair, row
 
 import attnkit
 from attnkit import masks
@@ -39,23 +39,6 @@ def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
-def _measure(ours, peer, reps: int, **extra) -> dict:
-    """Interleaved timings of attnkit and the peer: medians, plus noise gauges in ``extra``:
-    each side's relative spread (IQR / median) and the ratio of the fastest runs (noise only
-    adds time, so on a loaded machine it is the steadier estimate)."""
-    t = interleaved_times({"impl": ours, "peer": peer}, warmup=1, reps=reps)
-    extra.update(
-        reps=reps,
-        spread=f"{spread(t['impl']):.0%}/{spread(t['peer']):.0%}",
-        ratio_of_mins=round(min(t["peer"]) / min(t["impl"]), 3),
-    )
-    return dict(
-        impl_s=float(statistics.median(t["impl"])),
-        peer_s=float(statistics.median(t["peer"])),
-        extra=extra,
-    )
-
-
 def _forward_row(length: int, reps: int, causal: bool = False) -> dict:
     q, k, v = _qkv(length)
     mask = masks.causal() if causal else None
@@ -68,7 +51,7 @@ def _forward_row(length: int, reps: int, causal: bool = False) -> dict:
 
     with torch.inference_mode():
         err = _max_err(ours(), peer())
-        res = _measure(ours, peer, reps, backend=_backend(q, k, v, mask), rel_err=f"{err:.1e}")
+        res = measure_pair(ours, peer, reps, backend=_backend(q, k, v, mask), rel_err=f"{err:.1e}")
     what = "causal" if causal else "no mask"
     return dict(
         case=f"L={length} fwd, {what}", peer="torch SDPA" + (" is_causal" if causal else ""), **res
@@ -88,7 +71,7 @@ def _fwd_bwd_row(length: int, reps: int) -> dict:
         return torch.autograd.grad(out, (q, k, v), g)
 
     err = max(_max_err(a, b) for a, b in zip(ours(), peer(), strict=True))
-    res = _measure(ours, peer, reps, backend=_backend(q, k, v), grad_rel_err=f"{err:.1e}")
+    res = measure_pair(ours, peer, reps, backend=_backend(q, k, v), grad_rel_err=f"{err:.1e}")
     return dict(case=f"L={length} fwd+bwd, no mask", peer="torch SDPA fwd+bwd", **res)
 
 

@@ -32,7 +32,14 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE)  # compile times from a
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from common import interleaved_times, main, peak_memory_mib, row, spread  # noqa: E402
+from common import (  # noqa: E402
+    interleaved_times,
+    main,
+    measure_pair,
+    peak_memory_mib,
+    row,
+    spread,
+)
 
 import attnkit  # noqa: E402
 from attnkit import masks  # noqa: E402
@@ -66,21 +73,6 @@ def _doc_ids(length: int) -> torch.Tensor:
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> str:
     a, b = a.detach().double(), b.detach().double()
     return f"{float((a - b).norm() / b.norm()):.1e}"
-
-
-def _measure(ours, peer, reps: int, **extra) -> dict:
-    """Interleaved medians with noise gauges (spread, ratio of the fastest runs)."""
-    t = interleaved_times({"impl": ours, "peer": peer}, warmup=1, reps=reps)
-    extra.update(
-        reps=reps,
-        spread=f"{spread(t['impl']):.0%}/{spread(t['peer']):.0%}",
-        ratio_of_mins=round(min(t["peer"]) / min(t["impl"]), 2),
-    )
-    return dict(
-        impl_s=float(statistics.median(t["impl"])),
-        peer_s=float(statistics.median(t["peer"])),
-        extra=extra,
-    )
 
 
 def _plan_s(q, k, v, mask_factory) -> float:
@@ -125,7 +117,7 @@ def _vs_dense_mask(length: int, reps: int, make_mask, what: str, backward: bool)
         else:
             err_s = f"rel_err={_rel_err(a, b)}"
         del a, b
-        res = _measure(
+        res = measure_pair(
             ours,
             peer,
             reps,
@@ -216,7 +208,7 @@ def _vs_flex(length: int, reps: int, make_mask, mask_mod, what: str) -> dict:
 
     with torch.inference_mode():
         extra["rel_err"] = _rel_err(ours(), ref)
-        res = _measure(ours, peer, reps, backend=_chosen(q, k, v, mask), **extra)
+        res = measure_pair(ours, peer, reps, backend=_chosen(q, k, v, mask), **extra)
     steady = res["peer_s"]
     res["extra"]["flex_compile_s"] = round(res["extra"].pop("flex_first_call_s") - steady, 2)
     res["extra"]["flex_block_sparsity"] = f"{float(block_mask.sparsity()):.1f}%"

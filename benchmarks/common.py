@@ -89,6 +89,26 @@ def interleaved_medians(
     return {k: float(statistics.median(v)) for k, v in ts.items()}
 
 
+def measure_pair(
+    ours: Callable[[], object], peer: Callable[[], object], reps: int, **extra: object
+) -> dict:
+    """Time attnkit (``ours``) and its peer alternately; return the row fields ``impl_s`` and
+    ``peer_s`` (medians) and ``extra`` with noise gauges added: each side's relative spread and
+    the ratio of the fastest runs (noise only adds time, so on a loaded machine it is the
+    steadier estimate)."""
+    t = interleaved_times({"impl": ours, "peer": peer}, warmup=1, reps=reps)
+    extra.update(
+        reps=reps,
+        spread=f"{spread(t['impl']):.0%}/{spread(t['peer']):.0%}",
+        ratio_of_mins=round(min(t["peer"]) / min(t["impl"]), 3),
+    )
+    return dict(
+        impl_s=float(statistics.median(t["impl"])),
+        peer_s=float(statistics.median(t["peer"])),
+        extra=extra,
+    )
+
+
 def spread(times: list[float]) -> float:
     """Relative spread of repeated timings: (upper quartile - lower quartile) / median; a noise
     gauge to print next to a median (0.05 = 5 %)."""
