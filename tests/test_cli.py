@@ -15,6 +15,7 @@ import pytest
 
 from attnkit import cli
 from attnkit import explain as ex
+from attnkit.cli import bench as bench_verb
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
 
@@ -214,7 +215,7 @@ def test_unknown_example(capsys):
 # bench
 # ---------------------------------------------------------------------------------------------
 def test_bench_without_checkout(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "find_bench_script", lambda: None)
+    monkeypatch.setattr(bench_verb, "find_bench_script", lambda: None)
     code, out, err = run(capsys, "bench", "--quick")
     assert code == 2 and "benchmarks/run.py not found" in err
 
@@ -225,7 +226,7 @@ def test_bench_passes_arguments_through(capfd, monkeypatch, tmp_path):
         "import json, sys\nprint('ARGV ' + json.dumps(sys.argv[1:]))\nprint('EXE ' + "
         "sys.executable)\nsys.exit(3)\n"
     )
-    monkeypatch.setattr(cli, "find_bench_script", lambda: script)
+    monkeypatch.setattr(bench_verb, "find_bench_script", lambda: script)
     code = cli.main(["bench", "--json", "out.json", "--quick", "--only", "dense"])
     out = capfd.readouterr().out
     assert code == 3
@@ -234,8 +235,8 @@ def test_bench_passes_arguments_through(capfd, monkeypatch, tmp_path):
 
 
 def test_find_bench_script_in_checkout():
-    found = cli.find_bench_script()
-    repo = Path(cli.__file__).resolve().parents[2]
+    found = bench_verb.find_bench_script()
+    repo = Path(bench_verb.__file__).resolve().parents[3]
     if (repo / "benchmarks" / "run.py").is_file():
         assert found == repo / "benchmarks" / "run.py"
     else:
