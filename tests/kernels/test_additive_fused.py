@@ -139,13 +139,13 @@ def test_large_projections_take_the_direct_tanh_path():
     of the exp form; both paths must agree with the reference."""
     xs = make_inputs((2,), 50, 140, 8, 8, 8, 16, seed=11)
     typical = [(x @ w.T).detach() for x, w in zip(xs[:2], xs[3:5])]
-    assert AF._tanh_operands(*typical)[2] is False  # the other tests use the exp form
+    assert AF.tanh_operands(*typical)[2] is False  # the other tests use the exp form
     with torch.no_grad():
         xs[0].mul_(40.0)  # qp entries up to ~100, kp ~N(0, 1): saturated and unsaturated tanh
         xs[1][0, :3].mul_(40.0)  # a few keys with large kp of either sign as well
     qp = (xs[0] @ xs[3].T).detach()
     assert float(qp.abs().max()) > AF.EXP_LIMIT
-    assert AF._tanh_operands(qp, (xs[1] @ xs[4].T).detach())[2] is True
+    assert AF.tanh_operands(qp, (xs[1] @ xs[4].T).detach())[2] is True
     check(xs)
 
 
@@ -257,11 +257,22 @@ def test_dispatch_and_reasons():
         F.additive_attention(*x64, backend="additive_fused")
 
 
+def test_kernels_are_plain_njit_functions():
+    """The kernel module is imported once, through the numba runtime, and its entry points are
+    the dispatchers its ``@njit`` decorators made (no module rewrites its own globals)."""
+    from numba.core.registry import CPUDispatcher
+
+    kernels = AF.load_kernels()
+    assert AF.load_kernels() is kernels
+    for fn in (kernels.forward_units, kernels.backward_units):
+        assert isinstance(fn, CPUDispatcher) and fn.signatures  # compiled by the tests above
+
+
 def test_first_writable_cache_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert AF._first_writable([blocker / "cache"]) is None
-    assert AF._first_writable([blocker / "cache", tmp_path / "ok"]) == str(tmp_path / "ok")
+    assert AF.first_writable([blocker / "cache"]) is None
+    assert AF.first_writable([blocker / "cache", tmp_path / "ok"]) == str(tmp_path / "ok")
 
 
 # ---------------------------------------------------------------------------------------------

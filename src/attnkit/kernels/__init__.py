@@ -1,7 +1,7 @@
 """Attention backends, one file each, and the registry the dispatcher reads.
 
-``BACKENDS`` maps a name to a backend instance; :func:`preference` gives, per score kind, the
-order in which ``backend="auto"`` tries them (first one that can serve the call wins).
+``BACKENDS`` maps a name to a backend instance; :mod:`attnkit.kernels.dispatch` holds the
+preference order (``preference(kind)``) and chooses the backend of each call.
 """
 
 from __future__ import annotations
@@ -22,15 +22,7 @@ BACKENDS: dict[str, Backend] = {
     )
 }
 
-_PREFERENCE = {
-    "dot": ("blocksparse", "dense", "math"),
-    "additive": ("additive_fused", "math"),
-}
-
-
-def preference(kind: str) -> tuple[str, ...]:
-    """Backend names in the order ``backend="auto"`` tries them for score ``kind``."""
-    return tuple(n for n in _PREFERENCE[kind] if n in BACKENDS)
-
+# the preference order and the choice live in kernels/dispatch.py (imported last: it reads BACKENDS)
+from attnkit.kernels.dispatch import preference  # noqa: E402
 
 __all__ = ["BACKENDS", "AttentionCall", "Backend", "preference"]

@@ -10,14 +10,14 @@ Shape legend: ``...`` batch dims (identical for q, k, v), ``Lq``/``Lk`` query/ke
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
-from attnkit.masks import EMPTY, FULL, Mask
+from attnkit.kernels.numerics import mask_tensors
+from attnkit.masks import Mask
 
 ScoreKind = Literal["dot", "additive"]
 
@@ -66,24 +66,32 @@ class AttentionCall:
 
     @property
     def needs_grad(self) -> bool:
+        """True when autograd will need a backward: an input or a mask tensor requires grad."""
         ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v)
-        return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+        return torch.is_grad_enabled() and (
+            any(t is not None and t.requires_grad for t in ts) or self.bias_needs_grad
+        )
+
+    @property
+    def bias_needs_grad(self) -> bool:
+        """True when a float mask tensor of the call's mask requires grad (a learned bias)."""
+        return torch.is_grad_enabled() and any(t.requires_grad for t in mask_tensors(self.mask))
 
     def tensors(self) -> list[Tensor]:
         ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v)
         return [t for t in ts if t is not None]
 
-    def weights_numel(self) -> int:
-        return math.prod(self.batch_shape) * self.q_len * self.kv_len
-
-    def dense_mask(self) -> tuple[Tensor | None, Tensor | None]:
+    def dense_mask(self, dtype: torch.dtype | None = None) -> tuple[Tensor | None, Tensor | None]:
         """(allowed, bias): the mask materialised and reshaped to broadcast against
-        (..., Lq, Lk): bool and float (or None). Cached on the call."""
-        if "dense" not in self._cache:
-            self._cache["dense"] = (
-                (None, None) if self.mask is None else materialize_for(self.mask, self)
+        (..., Lq, Lk): bool and float (or None), the bias in ``dtype`` (default: the call's),
+        saturated (policy P5). Cached on the call."""
+        dtype = dtype or self.dtype
+        key = ("dense", dtype)
+        if key not in self._cache:
+            self._cache[key] = (
+                (None, None) if self.mask is None else materialize_for(self.mask, self, dtype)
             )
-        return self._cache["dense"]
+        return self._cache[key]
 
     def block_map(self, block_q: int, block_kv: int) -> Tensor | None:
         """Block classes (int8, batch_shape of the mask + (nq, nk)), cached per block size."""
@@ -94,20 +102,6 @@ class AttentionCall:
             self._cache[key] = self.mask.block_map(self.q_len, self.kv_len, block_q, block_kv)
         return self._cache[key]
 
-    def empty_fraction(self, block_q: int = 128, block_kv: int = 128) -> float:
-        """Fraction of (block_q x block_kv) blocks that the mask leaves empty."""
-        bm = self.block_map(block_q, block_kv)
-        if bm is None:
-            return 0.0
-        return float((bm == EMPTY).float().mean())
-
-    def fully_visible(self) -> bool:
-        """True when the mask allows every entry and adds no bias."""
-        if self.mask is None:
-            return True
-        bm = self.block_map(128, 128)
-        return not self.mask.has_bias and bool((bm == FULL).all())
-
 
 def lift_mask_tensor(t: Tensor, mask_batch_ndim: int, batch_ndim: int) -> Tensor:
     """Reshape a mask tensor ``mask_batch_shape + (Lq, Lk)`` so that its batch dims line up with
@@ -116,14 +110,17 @@ def lift_mask_tensor(t: Tensor, mask_batch_ndim: int, batch_ndim: int) -> Tensor
     return t.reshape(t.shape[:mask_batch_ndim] + (1,) * extra + t.shape[-2:])
 
 
-def materialize_for(mask: Mask, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
-    """Materialise ``mask`` for ``call`` as tensors broadcastable to (..., Lq, Lk)."""
+def materialize_for(
+    mask: Mask, call: AttentionCall, dtype: torch.dtype | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """Materialise ``mask`` for ``call`` as tensors broadcastable to (..., Lq, Lk); the bias in
+    ``dtype`` (default: the call's), saturated at +-finfo.max (policy P5)."""
     nb, mb = len(call.batch_shape), len(mask.batch_shape)
     allowed = mask.materialize(call.q_len, call.kv_len).to(call.q.device)
     allowed = lift_mask_tensor(allowed, mb, nb)
-    bias = mask.materialize_bias(call.q_len, call.kv_len)
+    bias = mask.materialize_bias(call.q_len, call.kv_len, dtype or call.dtype)
     if bias is not None:
-        bias = lift_mask_tensor(bias.to(device=call.q.device, dtype=call.dtype), mb, nb)
+        bias = lift_mask_tensor(bias.to(call.q.device), mb, nb)
     return allowed, bias
 
 
@@ -131,7 +128,6 @@ class Backend:
     """A kernel backend: declares what it supports and runs calls it supports."""
 
     name: ClassVar[str] = "?"
-    description: ClassVar[str] = ""
     kinds: ClassVar[tuple[str, ...]] = ("dot",)
     dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.float64)
     devices: ClassVar[tuple[str, ...]] = ("cpu",)

@@ -2,7 +2,9 @@
 
 Dot-product scores; no mask, the top-left causal mask (SDPA's ``is_causal``), or a mask small
 enough to materialise (at most DENSE_MASK_LIMIT entries). Rows that a mask leaves without any
-key are computed with a harmless mask and then zeroed, so they give 0, not NaN.
+key are computed with a harmless mask and then zeroed, so they give 0, not NaN. The NaN/inf
+policy of :mod:`attnkit.kernels.numerics` applies: half types keep their bias in float32 (SDPA
+computes in float32 for them), overflowing calls run in float64.
 """
 
 from __future__ import annotations
@@ -12,27 +14,62 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, Backend
-from attnkit.masks import causal
+from attnkit.kernels.numerics import fused_backward_ok, run_dot
+from attnkit.kernels.torch_math import plain_attention
 
 DENSE_MASK_LIMIT = 2**26
 """Most entries of a materialised mask the dense backend accepts (64 Mi bools)."""
 
 
-def _is_plain_causal(call: AttentionCall) -> bool:
-    m = call.mask
-    return type(m) is causal and m.alignment == "top_left"
+def is_plain_causal(mask: object) -> bool:
+    """True for a top-left causal mask (SDPA's ``is_causal=True``)."""
+    if mask is None:
+        return False
+    v = getattr(mask, "is_plain_causal", None)
+    if isinstance(v, bool):
+        return v
+    return type(mask).__name__ == "causal" and getattr(mask, "alignment", None) == "top_left"
+
+
+def open_empty_rows(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
+    """(allowed with every key opened in rows that have none, row_ok (..., n, 1) bool or None
+    when every row has a key). Attend with the opened mask, then zero the rows not in row_ok:
+    a row with no allowed key gives 0, not NaN (P1)."""
+    row_ok = allowed.any(dim=-1, keepdim=True)
+    if bool(row_ok.all()):
+        return allowed, None
+    return allowed | ~row_ok, row_ok
+
+
+def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
+    if not fused_backward_ok(call):  # scores too large for SDPA's fused backward, even in float64
+        return plain_attention(call, compute)[0], None  # explicit softmax: exact gradients
+    q, k, v = call.q, call.k, call.v
+    if compute == torch.float64 and q.dtype != torch.float64:  # P5: overflowing scores
+        q, k, v = q.double(), k.double(), v.double()
+    kw = dict(dropout_p=call.dropout_p, scale=call.scale)
+    if call.mask is None:
+        return F.scaled_dot_product_attention(q, k, v, **kw), None
+    if is_plain_causal(call.mask):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw), None
+    allowed, bias = call.dense_mask(torch.promote_types(compute, q.dtype))
+    allowed, row_ok = open_empty_rows(allowed)
+    attn = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, **kw)
+    if row_ok is not None:
+        out = out * row_ok.to(out.dtype)
+    return out, None
 
 
 class DenseBackend(Backend):
     name = "dense"
-    description = "torch SDPA (fused dense kernel)"
     kinds = ("dot",)
     dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     devices = ("cpu", "cuda", "mps")
     supports_dropout = True
 
     def extra_reasons(self, call: AttentionCall) -> list[str]:
-        if call.mask is None or _is_plain_causal(call):
+        if call.mask is None or is_plain_causal(call.mask):
             return []
         n = 1
         for s in call.mask.batch_shape:
@@ -43,22 +80,4 @@ class DenseBackend(Backend):
         return []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
-        q, k, v = call.q, call.k, call.v
-        kw = dict(dropout_p=call.dropout_p, scale=call.scale)
-        if call.mask is None:
-            return F.scaled_dot_product_attention(q, k, v, **kw), None
-        if _is_plain_causal(call):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw), None
-        allowed, bias = call.dense_mask()
-        row_ok = allowed.any(dim=-1, keepdim=True)
-        all_rows = bool(row_ok.all())
-        if not all_rows:
-            allowed = allowed | ~row_ok  # let empty rows attend somewhere finite, zeroed below
-        if bias is None:
-            attn = allowed
-        else:
-            attn = bias.masked_fill(~allowed, float("-inf"))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, **kw)
-        if not all_rows:
-            out = out * row_ok.to(out.dtype)
-        return out, None
+        return run_dot(call, _dense)

@@ -14,8 +14,8 @@ Every constant is ``np.float32``: a Python float literal would promote the arith
 and halve the SIMD width. Compiled with ``fastmath`` and ``error_model="numpy"`` (the default
 "python" error model checks every division for zero, which blocks vectorisation).
 
-This module imports numba at import time; :mod:`attnkit.kernels.additive_fused` imports it only
-when it compiles its kernels.
+This module imports numba at import time; kernel modules import it, and the rest of attnkit
+reaches them only through :func:`attnkit.kernels.additive_fused.runtime.load_kernels`.
 """
 
 from __future__ import annotations

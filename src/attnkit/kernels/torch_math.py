@@ -12,7 +12,9 @@ import math
 import torch
 from torch import Tensor
 
+from attnkit.kernels.additive_fused.policy import run_additive
 from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.numerics import run_dot
 
 ADDITIVE_CHUNK_ELEMENTS = 2**24
 """Most (rows x Lk x h) tanh entries built at once by the additive path."""
@@ -48,7 +50,6 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None, bias: Tensor | None) 
 
 class MathBackend(Backend):
     name = "math"
-    description = "plain PyTorch: full score matrix, every feature"
     kinds = ("dot", "additive")
     dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     devices = ("cpu", "cuda", "mps")
@@ -57,11 +58,21 @@ class MathBackend(Backend):
 
     def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
         if call.kind == "dot":
-            scores = (call.q @ call.k.transpose(-2, -1)) * call.scale
-        else:
-            scores = additive_scores(call.q, call.k, call.w_q, call.w_k, call.w_v)
-        allowed, bias = call.dense_mask()
-        w = masked_softmax(scores, allowed, bias)
-        wd = torch.nn.functional.dropout(w, call.dropout_p) if call.dropout_p > 0 else w
-        out = wd @ call.v
-        return out, (w if call.return_weights else None)
+            return run_dot(call, plain_attention)
+        return run_additive(call, plain_attention)
+
+
+def plain_attention(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    """The whole call in ``compute`` (P4: float32 for half types; P5: float64 when the dot
+    scores could overflow), rounded once to the call's dtype."""
+    q, k, v = (t.to(compute) for t in (call.q, call.k, call.v))
+    if call.kind == "dot":
+        scores = (q @ k.transpose(-2, -1)) * call.scale
+    else:
+        w_q, w_k, w_v = (t.to(compute) for t in (call.w_q, call.w_k, call.w_v))
+        scores = additive_scores(q, k, w_q, w_k, w_v)
+    allowed, bias = call.dense_mask(compute)
+    w = masked_softmax(scores, allowed, bias)
+    wd = torch.nn.functional.dropout(w, call.dropout_p) if call.dropout_p > 0 else w
+    out = (wd @ v).to(call.dtype)
+    return out, (w.to(call.dtype) if call.return_weights else None)

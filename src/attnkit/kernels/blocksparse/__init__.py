@@ -1,0 +1,166 @@
+"""``blocksparse``: dot-product attention that skips the blocks a structured mask leaves empty.
+
+The mask's block map (:meth:`attnkit.masks.Mask.block_map`, cached on the mask) says which
+(block_q x block_kv) blocks of the score matrix hold at least one allowed entry. Only those are
+computed, with PyTorch's fused CPU SDPA kernel (forward and backward) on slices of q, k and v,
+inside one ``torch.autograd.Function`` that accumulates the gradients of the slices in place.
+Forward and backward use O(Lq * w) memory, w being the number of keys a query block needs,
+instead of O(Lq * Lk). :mod:`~attnkit.kernels.blocksparse.planner` chooses the plan (``band``,
+``docs`` or ``rows``); :mod:`~attnkit.kernels.blocksparse.plans` holds the two plan types
+(:class:`BandPlan`, :class:`CallsPlan`), each with its forward and backward, and the autograd
+Function; :mod:`~attnkit.kernels.blocksparse.tiles` runs single fused SDPA calls.
+
+Rows with no allowed key give output 0 (and gradient 0), never NaN; every input layout is read
+correctly (the fused ops get unit-stride rows); a float mask that requires grad (a learned
+bias) gets its gradient; the NaN/inf/overflow policy is :mod:`attnkit.kernels.numerics`. A call
+whose scores are too large for any fused backward to be exact (|s| * eps(float64) >= 2**-10,
+``numerics.fused_backward_ok``) is computed with the plain ``math`` implementation instead:
+exact gradients at O(Lq * Lk) memory, for inputs that no fused kernel can differentiate.
+
+Shape legend: ``...`` batch dims of q/k/v, ``Lq``/``Lk`` lengths, ``dk``/``dv`` widths.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan
+from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
+from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
+from attnkit.kernels.numerics import fused_backward_ok, mask_tensors, run_dot
+from attnkit.kernels.torch_math import plain_attention
+from attnkit.masks import EMPTY
+
+__all__ = [
+    "BLOCK_KV",
+    "BLOCK_Q",
+    "MIN_EMPTY",
+    "BandPlan",
+    "BlocksparseBackend",
+    "Call",
+    "CallsPlan",
+    "Plan",
+    "attend",
+    "make_plan",
+]
+
+MIN_EMPTY = 0.2
+"""Least fraction of empty blocks for ``auto`` dispatch to choose this backend. Measured (CPU
+time, one thread; fp32, B=2, H=8, d=64, L=2048) against the dense backend with the materialised
+mask: equal speed at about 10% empty blocks (key padding 1.0x; a window leaving 5% empty 0.9x),
+1.1-1.5x at 20-25%, 1.6-1.8x at 40%, 2.3-3.3x at 60%."""
+
+
+def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: int) -> Tensor:
+    """The plan run on q, k, v in ``compute``: float64 when P5 asks for it; float32 for half
+    types (P4: the tiles' outputs, logsumexps and gradients are accumulated in float32 and
+    rounded once, and no CPU without native bf16 is asked for bf16 matmuls)."""
+    plan = make_plan(call, block_q, block_kv, compute)
+    q, k, v = call.q, call.k, call.v
+    if q.dtype != compute:
+        q, k, v = q.to(compute), k.to(compute), v.to(compute)
+    batch, dk, dv = tuple(q.shape[:-2]), q.shape[-1], v.shape[-1]
+    if dk != dv:  # the fused kernel wants one width: zero columns change nothing
+        width = max(dk, dv)
+        q, k = F.pad(q, (0, width - dk)), F.pad(k, (0, width - dk))
+        v = F.pad(v, (0, width - dv))
+    if plan.kind == "band":
+        shape = (-1,) + q.shape[-2:], (-1,) + k.shape[-2:], (-1,) + v.shape[-2:]
+    else:
+        lead = math.prod(batch[: plan.lead])
+        if q.dim() == 4 and plan.lead <= 1:  # already (P, R, L, d): no copy of strided inputs
+            shape = q.shape, k.shape, v.shape
+        else:
+            shape = tuple((lead, -1) + t.shape[-2:] for t in (q, k, v))
+    q, k, v = (unit_rows(t.reshape(s)) for t, s in zip((q, k, v), shape, strict=True))
+    out = BlocksparseFn.apply(q, k, v, plan, call.scale, *plan.grad_masks())
+    if not plan.grad_masks() and call.needs_grad:  # every biased entry masked or skipped:
+        learned = [t for t in mask_tensors(call.mask) if t.requires_grad]
+        if learned:  # the bias's gradient is exactly 0, and autograd must still reach it
+            out = ZeroGradLink.apply(out, *learned)
+    return out.reshape(batch + (call.q_len, out.shape[-1]))[..., :dv]
+
+
+class ZeroGradLink(torch.autograd.Function):
+    """``out`` unchanged, with a zero gradient for each extra tensor: links tensors whose
+    gradient is exactly zero (a learned bias on entries that are all masked) to the graph, so
+    ``.grad`` is zeros, as in the other backends, rather than None."""
+
+    @staticmethod
+    def forward(ctx, out: Tensor, *tensors: Tensor) -> Tensor:
+        ctx.specs = [(t.shape, t.dtype, t.device) for t in tensors]
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return (grad, *(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.specs))
+
+
+def attend(call: AttentionCall, block_q: int = BLOCK_Q, block_kv: int = BLOCK_KV) -> Tensor:
+    """softmax(q kᵀ · scale + mask) v computed on the mask's non-empty blocks only:
+    (..., Lq, dv). Differentiable in q, k, v and the mask's float tensors."""
+
+    def impl(c: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
+        if not fused_backward_ok(c):  # scores too large for the fused backward even in float64
+            return plain_attention(c, compute)[0], None  # explicit softmax: exact, O(Lq*Lk)
+        return _attend(c, compute, block_q, block_kv), None
+
+    return run_dot(call, impl)[0]
+
+
+class BlocksparseBackend(Backend):
+    """Skips the empty blocks of a structured mask (see the module docstring).
+
+    ``block_q`` / ``block_kv`` set the block sizes; ``min_empty`` the least fraction of empty
+    blocks for which the backend accepts a call (0 accepts any mask with an empty block).
+    """
+
+    name = "blocksparse"
+    kinds = ("dot",)
+    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    devices = ("cpu",)
+    supports_grad = True
+    supports_weights = False
+    supports_dropout = False
+    supports_bias = True
+
+    def __init__(
+        self, block_q: int = BLOCK_Q, block_kv: int = BLOCK_KV, min_empty: float = MIN_EMPTY
+    ) -> None:
+        self.block_q, self.block_kv, self.min_empty = block_q, block_kv, min_empty
+
+    def available(self) -> str | None:
+        if FLASH is None or FLASH_BWD is None:
+            return "this torch build lacks the fused CPU SDPA kernel (forward and backward)"
+        return None
+
+    def extra_reasons(self, call: AttentionCall) -> list[str]:
+        if call.mask is None:
+            return ["no mask: no block to skip"]
+        return []
+
+    def speed_reasons(self, call: AttentionCall) -> list[str]:
+        if call.mask is None:
+            return []
+        if call.mask.is_plain_causal:
+            return [
+                "plain top-left causal: the dense backend's SDPA is_causal skips the blocks itself"
+            ]
+        bm = call.block_map(self.block_q, self.block_kv)
+        frac = float((bm == EMPTY).float().mean())
+        if frac == 0.0:
+            return [f"mask leaves no {self.block_q}x{self.block_kv} block empty"]
+        if frac < self.min_empty:
+            return [
+                f"mask leaves only {frac:.0%} of {self.block_q}x{self.block_kv} blocks empty "
+                f"(< {self.min_empty:.0%})"
+            ]
+        return []
+
+    def run(self, call: AttentionCall) -> tuple[Tensor, None]:
+        return attend(call, self.block_q, self.block_kv), None

@@ -1,0 +1,298 @@
+"""The planner of the ``blocksparse`` backend: which fused SDPA calls compute an attention call.
+
+``band``   sliding windows / local-causal (any band ``lo <= j - i <= hi``): the key windows
+           of the query blocks are one strided view (``unfold``) of k and v, so every block
+           whose window lies inside the keys goes into one batched SDPA call with one shared
+           (block x window) mask, without copying k or v; the one or two blocks at each end
+           are ``rows`` calls.
+``docs``   sorted document ids (alone, or ``& causal()``): one unmasked SDPA call per document
+           (``is_causal`` inside each document for the causal variant).
+``rows``   everything else: per query block, one SDPA call on the contiguous key range that
+           covers its non-empty blocks, with the mask tile as an additive float mask (dropped
+           when every block of the range is full and there is no bias). Per-batch masks
+           (key padding, batched documents...) either share one range per query block or get
+           one call per batch element, whichever is estimated cheaper.
+
+Tile masks are built in the call's compute dtype (:func:`attnkit.kernels.numerics.numerics`),
+biases saturated to it. A bias that requires grad stays linked to its mask tensor through the
+tiles (and such plans are never cached on the mask object).
+
+The plans themselves (:class:`CallsPlan`, :class:`BandPlan`) and their execution are in
+:mod:`attnkit.kernels.blocksparse.plans`.
+
+Shape legend: ``P`` the product of the leading batch dims the mask varies over, ``R`` the
+product of the other batch dims (heads), ``Lq``/``Lk`` lengths, ``W`` keys per window.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.blocksparse.plans import BandPlan, CallsPlan, Plan
+from attnkit.kernels.blocksparse.tiles import Call
+from attnkit.kernels.dense import open_empty_rows
+from attnkit.masks import EMPTY, FULL, Intersection, Mask, document
+
+BLOCK_Q = 128
+"""Default query block (rows per SDPA call in the ``rows`` plan, rows per window in ``band``)."""
+
+BLOCK_KV = 64
+"""Default key block: the granularity of the key ranges."""
+
+_FLOPS = 60e9
+"""Rough SDPA throughput (flop/s) used to choose between plans."""
+
+_CALL_S = 60e-6
+"""Rough fixed cost of one SDPA call from Python (s) used to choose between plans."""
+
+
+def _additive(allowed: Tensor, bias: Tensor | None, dtype: torch.dtype):
+    """(float mask with -inf for disallowed entries, row_ok or None). Rows without any allowed
+    entry are opened (so SDPA does not produce NaN) and flagged in row_ok (..., n, 1) for
+    zeroing; row_ok is None when every row has a key. ``bias`` is already in ``dtype``."""
+    allowed, row_ok = open_empty_rows(allowed)
+    row_ok = None if row_ok is None else row_ok.to(dtype)
+    base = torch.zeros((), dtype=dtype) if bias is None else bias
+    return torch.where(allowed, base, torch.tensor(-math.inf, dtype=dtype)), row_ok
+
+
+def _lead_dims(mask: Mask) -> int:
+    """Number of leading batch dims the mask varies over (trailing singletons dropped)."""
+    shape = list(mask.batch_shape)
+    while shape and shape[-1] == 1:
+        shape.pop()
+    return len(shape)
+
+
+def _tile_call(
+    mask: Mask, q0: int, q1: int, lo: int, hi: int, call: AttentionCall, dtype: torch.dtype
+) -> Call:
+    """A call for rows q0:q1 against keys lo:hi of an unbatched mask, with its tile mask (None
+    when every entry is allowed and there is no bias)."""
+    lq, lk = call.q_len, call.kv_len
+    if hi <= lo:
+        return Call(q0, q1, 0, 0)
+    allowed = mask.tile(q0, q1, lo, hi, lq, lk).reshape(q1 - q0, hi - lo)
+    bias = mask.bias_tile(q0, q1, lo, hi, lq, lk, dtype)
+    bias = None if bias is None else bias.reshape(q1 - q0, hi - lo)
+    if bias is None and bool(allowed.all()):
+        return Call(q0, q1, lo, hi)
+    if not bool(allowed.any()):
+        return Call(q0, q1, 0, 0)
+    fm, row_ok = _additive(allowed, bias, dtype)
+    return Call(q0, q1, lo, hi, None, fm, row_ok)
+
+
+def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | None:
+    mask = call.mask
+    band = mask.as_band()
+    if band is None or mask.has_bias or _lead_dims(mask):
+        return None
+    if not (math.isfinite(band.lo) and math.isfinite(band.hi)) or band.hi < band.lo:
+        return None
+    lq, lk, bq = call.q_len, call.kv_len, block_q
+    lo, hi = int(band.lo), int(band.hi)
+    w = bq + hi - lo  # keys a block of bq queries needs
+    nb = math.ceil(lq / bq)
+    if nb * bq * w > 0.5 * lq * lk:  # the windows would cover most of the matrix
+        return None
+    s0 = band.offset(lq, lk) + lo  # first key of block 0's window (may be < 0)
+    # interior: full blocks whose whole window lies inside [0, Lk)
+    b0 = max(0, -(s0 // bq)) if s0 < 0 else 0
+    b1 = min(lq // bq, (lk - w - s0) // bq + 1)
+    b1 = max(b0, b1)
+    r = torch.arange(bq)[:, None]
+    c = torch.arange(w)[None, :]
+    in_band = (c - r >= 0) & (c - r <= hi - lo)  # lo <= j - i - offset <= hi, window coords
+    fmask, _ = _additive(in_band[None, None], None, dtype)  # every row has keys
+    edges = tuple(
+        _tile_call(
+            mask,
+            b * bq,
+            min(lq, b * bq + bq),
+            max(0, s0 + b * bq),
+            min(lk, s0 + b * bq + w),
+            call,
+            dtype,
+        )
+        for b in range(nb)
+        if not b0 <= b < b1
+    )
+    return BandPlan(
+        lq,
+        lk,
+        calls=edges,
+        block=bq,
+        interior=(b0, b1),
+        start=s0 + b0 * bq,
+        window=w,
+        mask=fmask,
+    )
+
+
+def _docs_mask(mask: Mask, call: AttentionCall) -> tuple[document, bool] | None:
+    """(document mask, causal inside documents) when the docs plan applies, else None."""
+    if isinstance(mask, document):
+        doc, is_causal = mask, False
+    elif isinstance(mask, Intersection):
+        parts = mask.parts
+        docs = [m for m in parts if isinstance(m, document)]
+        cz = [m for m in parts if m.is_plain_causal]
+        if len(docs) != 1 or len(cz) != 1:
+            return None
+        doc, is_causal = docs[0], True
+        if doc.kv_ids is not doc.ids or call.q_len != call.kv_len:
+            return None
+    else:
+        return None
+    if not doc.is_sorted():
+        return None
+    return doc, is_causal
+
+
+def _docs_plan(call: AttentionCall, block_q: int) -> Plan | None:
+    found = _docs_mask(call.mask, call)
+    if found is None:
+        return None
+    doc, is_causal = found
+    lead = _lead_dims(doc)
+    qspans, kspans = doc.spans("ids"), doc.spans("kv_ids")
+    if max(len(s) for s in qspans) > 2 * math.ceil(call.q_len / block_q):
+        return None  # many tiny documents: the rows plan batches them better
+    calls = []
+    for p, (qs, ks) in enumerate(zip(qspans, kspans, strict=True)):
+        kv = {i: (s, e) for i, s, e in ks}
+        for i, s, e in qs:
+            lo, hi = kv.get(i, (0, 0))
+            calls.append(Call(s, e, lo, hi, p if lead else None, is_causal=is_causal))
+    n_el = call.q.shape[0] if lead else 1
+    return CallsPlan("docs", call.q_len, call.kv_len, lead, n_el, tuple(calls))
+
+
+def _ranges(nonempty: Tensor, full: Tensor, block_kv: int, kv_len: int):
+    """Per query block: (first, last) non-empty key block (or None) and whether every block in
+    between is full. nonempty, full: (nq, nk) bool."""
+    nk = nonempty.shape[-1]
+    has = nonempty.any(-1)
+    first = nonempty.int().argmax(-1)
+    last = nk - 1 - nonempty.flip(-1).int().argmax(-1)
+    zero = torch.zeros(nonempty.shape[0], 1, dtype=torch.long)
+    notfull = torch.cat([zero, (~full).long().cumsum(-1)], dim=-1)  # not-full blocks before j
+    n_notfull = notfull.gather(1, (last + 1)[:, None]) - notfull.gather(1, first[:, None])
+    rows = zip(
+        has.tolist(), first.tolist(), last.tolist(), (n_notfull[:, 0] == 0).tolist(), strict=True
+    )
+    return [
+        (f * block_kv, min((la + 1) * block_kv, kv_len), span_full) if h else None
+        for h, f, la, span_full in rows
+    ]
+
+
+def _rows_plan(call: AttentionCall, block_q: int, block_kv: int, dtype: torch.dtype) -> Plan:
+    mask = call.mask
+    lq, lk = call.q_len, call.kv_len
+    lead = _lead_dims(mask)
+    lead_shape = tuple(call.q.shape[:lead])
+    n_el = math.prod(lead_shape)
+    nq = math.ceil(lq / block_q)
+    bm = call.block_map(block_q, block_kv)  # mask.batch_shape + (nq, nk)
+    bm = bm.reshape(tuple(mask.batch_shape[:lead]) + bm.shape[-2:])  # drop trailing 1s
+    bm = bm.expand(lead_shape + bm.shape[-2:]).reshape((n_el,) + bm.shape[-2:])
+    nonempty, full = bm != EMPTY, bm == FULL
+    union = _ranges(nonempty.any(0), full.all(0), block_kv, lk)
+    each = [_ranges(nonempty[p], full[p], block_kv, lk) for p in range(n_el)] if n_el > 1 else None
+    width = call.q.shape[-1] + call.v.shape[-1]
+    r = math.prod(call.q.shape[lead:-2])
+
+    def cost(ranges_list):
+        work = calls = 0
+        for ranges in ranges_list:
+            for bi, rg in enumerate(ranges):
+                if rg is not None:
+                    n = min(lq, (bi + 1) * block_q) - bi * block_q
+                    work += n * (rg[1] - rg[0])
+                    calls += 1
+        return work, calls
+
+    w_u, c_u = cost([union])
+    per_element = False
+    if each is not None:
+        w_e, c_e = cost(each)
+        flop = 2 * r * width / _FLOPS
+        per_element = w_e * flop + c_e * _CALL_S < n_el * w_u * flop + c_u * _CALL_S
+    calls = []
+    for bi in range(nq):
+        q0, q1 = bi * block_q, min(lq, (bi + 1) * block_q)
+        rg = union[bi]
+        if rg is None:
+            calls.append(Call(q0, q1, 0, 0))
+            continue
+        lo, hi, is_full = rg
+        if is_full and not mask.has_bias and not per_element:
+            calls.append(Call(q0, q1, lo, hi))
+            continue
+        allowed = mask.tile(q0, q1, lo, hi, lq, lk)  # mask.batch_shape + (n, m)
+        bias = mask.bias_tile(q0, q1, lo, hi, lq, lk, dtype)
+        if lead:
+            allowed = _to_elements(allowed, mask, lead, lead_shape)
+            bias = None if bias is None else _to_elements(bias, mask, lead, lead_shape)
+        else:
+            allowed = allowed.reshape(allowed.shape[-2:])
+            bias = None if bias is None else bias.reshape(bias.shape[-2:])
+        if not per_element:
+            fm, row_ok = _additive(allowed, bias, dtype)
+            if lead:  # (P, n, m) -> (P, 1, n, m) against q (P, R, n, d)
+                fm = fm[:, None]
+                row_ok = None if row_ok is None else row_ok[:, None]
+            calls.append(Call(q0, q1, lo, hi, None, fm, row_ok))
+            continue
+        for p in range(n_el):
+            rp = each[p][bi]
+            if rp is None:
+                calls.append(Call(q0, q1, 0, 0, p))
+                continue
+            a, b = rp[0] - lo, rp[1] - lo
+            if rp[2] and bias is None:
+                calls.append(Call(q0, q1, rp[0], rp[1], p))
+                continue
+            fm, row_ok = _additive(
+                allowed[p, :, a:b], None if bias is None else bias[p, :, a:b], dtype
+            )
+            calls.append(Call(q0, q1, rp[0], rp[1], p, fm, row_ok))
+    return CallsPlan("rows", lq, lk, lead, n_el, tuple(calls))
+
+
+def _to_elements(t: Tensor, mask: Mask, lead: int, lead_shape: tuple[int, ...]) -> Tensor:
+    """Mask tile batch_shape + (n, m) -> (P, n, m) over the leading dims of q."""
+    t = t.reshape(tuple(mask.batch_shape[:lead]) + t.shape[-2:])
+    return t.expand(lead_shape + t.shape[-2:]).reshape((-1,) + t.shape[-2:])
+
+
+def make_plan(
+    call: AttentionCall,
+    block_q: int = BLOCK_Q,
+    block_kv: int = BLOCK_KV,
+    dtype: torch.dtype | None = None,
+) -> Plan:
+    """The plan for ``call`` with tile masks in ``dtype`` (default: the call's dtype), cached on
+    the call, and on the mask object for reuse across calls with the same shapes (masks are
+    immutable by convention) unless a bias tensor requires grad (its tiles are graph nodes)."""
+    dtype = dtype or call.dtype
+    key = ("blocksparse-plan", block_q, block_kv, dtype)
+    if key in call._cache:
+        return call._cache[key]
+    lead_shape = tuple(call.q.shape[: _lead_dims(call.mask)])
+    mkey = ("blocksparse-plan", call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape)
+    mcache = None if call.bias_needs_grad else call.mask.plan_cache
+    plan = None if mcache is None else mcache.get(mkey)
+    if plan is None:
+        plan = _band_plan(call, block_q, dtype) or _docs_plan(call, block_q)
+        plan = plan or _rows_plan(call, block_q, block_kv, dtype)
+        if mcache is not None:
+            mcache.put(mkey, plan)
+    call._cache[key] = plan
+    return plan

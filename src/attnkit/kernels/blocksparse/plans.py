@@ -1,0 +1,188 @@
+"""The two typed plans of the ``blocksparse`` backend, each owning its forward and backward.
+
+:class:`CallsPlan` (``kind`` "docs" or "rows"): a sequence of fused SDPA calls (:class:`Call`)
+on (P, R, L, d) tensors. :class:`BandPlan` (``kind`` "band"): one batched call for the interior
+query blocks against their key windows, a strided view (``unfold``) of k and v that copies
+nothing, plus calls for the edge blocks whose windows leave [0, Lk). :func:`make_plan` in
+:mod:`attnkit.kernels.blocksparse.planner` chooses and builds them.
+
+Both take and return tensors in the layout of :func:`~attnkit.kernels.blocksparse.tiles.unit_rows`
+and expose ``forward(q, k, v, scale) -> (out, saved)``, ``backward(go, q, k, v, saved, scale)
+-> (gq, gk, gv, [grad of each learned tile mask])`` and :meth:`grad_masks` (the tile masks that
+require grad, extra inputs of the autograd Function).
+
+Shape legend: ``P`` mask batch elements, ``R`` other batch dims, ``N`` = P * R, ``L`` lengths,
+``d`` the one width, ``nb`` interior blocks, ``W`` keys per window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnkit.kernels.blocksparse import tiles
+from attnkit.kernels.blocksparse.tiles import Call, calls_backward, calls_forward
+
+
+@dataclass(frozen=True)
+class CallsPlan:
+    """Fused SDPA calls in query order on (P, R, L, d) tensors; ``lead`` is the number of
+    leading batch dims of q the mask varies over and ``elements`` their product P (per-element
+    calls have ``p``). ``kind``: "docs" (one unmasked call per document) or "rows"."""
+
+    kind: str
+    q_len: int
+    kv_len: int
+    lead: int = 0
+    elements: int = 1
+    calls: tuple[Call, ...] = ()
+
+    def entries(self) -> int:
+        """Query x key score entries computed per element of the mask's batch."""
+        total = 0
+        for c in self.calls:
+            total += (c.q1 - c.q0) * (c.hi - c.lo) * (self.elements if c.p is None else 1)
+        return total // self.elements
+
+    def computed_fraction(self) -> float:
+        """Fraction of the Lq x Lk score entries the plan computes."""
+        return self.entries() / (self.q_len * self.kv_len)
+
+    def grad_masks(self) -> list[Tensor]:
+        """The tile masks that require grad, in call order."""
+        return [c.mask for c in self.calls if c.learns_mask]
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float):
+        """q (P, R, Lq, d), k, v (P, R, Lk, d) -> (output (P, R, Lq, d), saved tensors)."""
+        out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+        saved = calls_forward(self.calls, q, k, v, scale, out)
+        return out, saved
+
+    def backward(self, go: Tensor, q, k, v, saved, scale: float):
+        gq, gk, gv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        gmasks = calls_backward(self.calls, go, q, k, v, saved, scale, gq, gk, gv)
+        return gq, gk, gv, gmasks
+
+
+@dataclass(frozen=True)
+class BandPlan:
+    """A band ``lo <= j - i - offset <= hi`` on (N, L, d) tensors: query blocks
+    ``interior = (b0, b1)`` of ``block`` rows, block b against the ``window`` keys starting at
+    ``start + (b - b0) * block``, in one batched call with one shared additive ``mask``
+    (1, 1, block, window); ``calls`` are the edge blocks (on (1, N, L, d) views)."""
+
+    q_len: int
+    kv_len: int
+    calls: tuple[Call, ...]
+    block: int
+    interior: tuple[int, int]
+    start: int
+    window: int
+    mask: Tensor
+    kind: str = "band"
+
+    @property
+    def interior_blocks(self) -> int:
+        return max(0, self.interior[1] - self.interior[0])
+
+    def entries(self) -> int:
+        """Query x key score entries computed (per batch element)."""
+        total = self.interior_blocks * self.block * self.window
+        return total + sum((c.q1 - c.q0) * (c.hi - c.lo) for c in self.calls)
+
+    def computed_fraction(self) -> float:
+        """Fraction of the Lq x Lk score entries the plan computes."""
+        return self.entries() / (self.q_len * self.kv_len)
+
+    def grad_masks(self) -> list[Tensor]:
+        return []  # a band plan has no bias
+
+    def _rows(self) -> slice:
+        return slice(self.interior[0] * self.block, self.interior[1] * self.block)
+
+    def _blocks(self, t: Tensor) -> Tensor:
+        """q or its gradient (N, Lq, d) -> the interior query blocks (N, nb, block, d)."""
+        return t[:, self._rows()].unflatten(1, (self.interior_blocks, self.block))
+
+    def _windows(self, t: Tensor) -> Tensor:
+        """k or v (N, Lk, d) -> the interior windows, a strided view (N, nb, W, d) whose last
+        dim keeps t's (unit) stride."""
+        n, bq, w = self.interior_blocks, self.block, self.window
+        return t[:, self.start : self.start + (n - 1) * bq + w].unfold(1, w, bq).transpose(-1, -2)
+
+    def _fold_into(self, g: Tensor, gw: Tensor) -> None:
+        """Add the gradient of the windows gw (N, nb, W, d) into g (N, Lk, d)."""
+        n, bq, w = self.interior_blocks, self.block, self.window
+        sn, sl, sd = g.stride()
+        for c in range(math.ceil(w / bq)):  # window rows c*bq.. of block b: keys s + (b+c)*bq..
+            t = min(bq, w - c * bq)
+            dst = g.as_strided(
+                (g.shape[0], n, t, g.shape[2]),
+                (sn, bq * sl, sl, sd),
+                g.storage_offset() + (self.start + c * bq) * sl,
+            )
+            dst += gw[:, :, c * bq : c * bq + t]
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float):
+        """q (N, Lq, d), k, v (N, Lk, d) -> (output (N, Lq, d), saved tensors)."""
+        out = q.new_empty((1,) + q.shape[:-1] + (v.shape[-1],))
+        saved = calls_forward(self.calls, q[None], k[None], v[None], scale, out)
+        if self.interior_blocks:
+            kw, vw = self._windows(k), self._windows(v)
+            o, lse = tiles.sdpa_fwd(self._blocks(q), kw, vw, self.mask, scale, False)
+            out[0, :, self._rows()] = o.flatten(1, 2)
+            saved.append((o, lse))
+        return out[0], saved
+
+    def backward(self, go: Tensor, q, k, v, saved, scale: float):
+        gq, gk, gv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        edges = saved[: len(self.calls)]
+        calls_backward(
+            self.calls,
+            go[None],
+            q[None],
+            k[None],
+            v[None],
+            edges,
+            scale,
+            *(t[None] for t in (gq, gk, gv)),
+        )
+        if self.interior_blocks:
+            o, lse = saved[-1]
+            kw, vw = self._windows(k), self._windows(v)
+            qi, goi = self._blocks(q), self._blocks(go)
+            a, b, d = tiles.sdpa_bwd(goi, qi, kw, vw, o, lse, self.mask, scale, False)
+            gq[:, self._rows()] += a.flatten(1, 2)
+            self._fold_into(gk, b)
+            self._fold_into(gv, d)
+        return gq, gk, gv, []
+
+
+Plan = CallsPlan | BandPlan
+"""A plan of the ``blocksparse`` backend."""
+
+
+class BlocksparseFn(torch.autograd.Function):
+    """softmax(q kᵀ · scale + tile masks) v by ``plan``: q, k, v in the plan's shape and the
+    layout of :func:`~attnkit.kernels.blocksparse.tiles.unit_rows`; extra inputs: the plan's
+    :meth:`grad_masks` (their gradients are returned)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan: Plan, scale: float, *masks):
+        out, saved = plan.forward(q, k, v, scale)
+        ctx.present = [s is not None for s in saved]
+        ctx.plan, ctx.scale = plan, scale
+        ctx.save_for_backward(q, k, v, *(t for s in saved if s is not None for t in s))
+        return out
+
+    @staticmethod
+    def backward(ctx, go):
+        q, k, v, *rest = ctx.saved_tensors
+        it = iter(rest)
+        saved = [(next(it), next(it)) if p else None for p in ctx.present]
+        go = tiles.unit_rows(go)
+        gq, gk, gv, gmasks = ctx.plan.backward(go, q, k, v, saved, ctx.scale)
+        return (gq, gk, gv, None, None, *gmasks)

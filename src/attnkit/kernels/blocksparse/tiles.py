@@ -1,0 +1,119 @@
+"""Tiles of the ``blocksparse`` backend: one fused SDPA call on slices of q, k and v.
+
+A :class:`Call` is query rows q0:q1 of one batch element (or all) against keys lo:hi, with its
+tile mask. :func:`calls_forward` / :func:`calls_backward` run a sequence of calls and
+accumulate the gradients of the slices in place (autograd through slices would zero-fill a
+full-size gradient per slice). Tile masks that require grad (a learned bias) get their gradient
+dS = P * (dP - rowsum(dO * O)), P recomputed from the saved log-sum-exp (the fused backward
+does not return it).
+
+The private fused CPU ops read q, k, v, the output and its gradient through the strides of
+their batch, head and row dims only: they assume a unit-stride last dim (and BLAS needs rows at
+least a row apart). :func:`unit_rows` gives every tensor that layout once per call (a copy only
+when needed); tiles and windows are views of those tensors and keep it.
+
+Shape legend: ``P`` mask batch elements, ``R`` other batch dims, ``L`` lengths, ``d`` width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+def unit_rows(t: Tensor) -> Tensor:
+    """``t`` (..., L, d) with the layout the fused CPU ops read correctly: last dim of unit
+    stride, rows at least d apart (any batch strides, 0 included). A copy only when needed."""
+    n, d = t.shape[-2], t.shape[-1]
+    if (d == 1 or t.stride(-1) == 1) and (n == 1 or t.stride(-2) >= d):
+        return t
+    return t.contiguous()
+
+
+def sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, is_causal: bool):
+    """One fused SDPA forward on 4-D tiles: (output, logsumexp). Every SDPA call of the backend
+    goes through here (the tests watch tile sizes and layouts by patching it)."""
+    return FLASH(q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
+
+
+def sdpa_bwd(go, q, k, v, out, lse, mask, scale, is_causal):
+    """One fused SDPA backward on 4-D tiles: (grad q, grad k, grad v)."""
+    return FLASH_BWD(go, q, k, v, out, lse, 0.0, is_causal, attn_mask=mask, scale=scale)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One SDPA call: query rows q0:q1 of batch element ``p`` (None = every element) against
+    keys lo:hi; ``mask`` float (.., q1-q0, hi-lo) or None; ``row_ok`` (.., q1-q0, 1) zeroes
+    rows without keys; ``is_causal`` for documents & causal."""
+
+    q0: int
+    q1: int
+    lo: int
+    hi: int
+    p: int | None = None
+    mask: Tensor | None = None
+    row_ok: Tensor | None = None
+    is_causal: bool = False
+
+    @property
+    def learns_mask(self) -> bool:
+        """True when the tile mask requires grad (it comes from a learned bias)."""
+        return self.mask is not None and self.mask.requires_grad
+
+    def sel(self, t: Tensor, a: int, b: int) -> Tensor:
+        """Rows a:b of this call's batch element(s) of a 4-D tensor, kept 4-D."""
+        e = slice(None) if self.p is None else slice(self.p, self.p + 1)
+        return t[e, :, a:b]
+
+
+def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Tensor):
+    """Run ``calls`` on q (P, R, Lq, d), k, v (P, R, Lk, d), writing into ``out``
+    (P, R, Lq, d); returns per call (output, logsumexp) or None for calls without keys."""
+    saved = []
+    for c in calls:
+        dst = c.sel(out, c.q0, c.q1)
+        if c.hi <= c.lo:
+            dst.zero_()
+            saved.append(None)
+            continue
+        qs, ks, vs = c.sel(q, c.q0, c.q1), c.sel(k, c.lo, c.hi), c.sel(v, c.lo, c.hi)
+        o, lse = sdpa_fwd(qs, ks, vs, c.mask, scale, c.is_causal)
+        dst.copy_(o if c.row_ok is None else o * c.row_ok)
+        saved.append((o, lse))
+    return saved
+
+
+def _mask_grad(c: Call, g: Tensor, qs, ks, vs, o, lse, scale: float) -> Tensor:
+    """Gradient of the tile mask c.mask: dS = P * (dP - rowsum(g * o)), summed to its shape."""
+    acc = torch.promote_types(qs.dtype, torch.float32)
+    qf, kf, vf, gf, of = (t.to(acc) for t in (qs, ks, vs, g, o))
+    s = (qf @ kf.transpose(-2, -1)) * scale + c.mask.to(acc)
+    p = torch.exp(s - lse.to(acc)[..., None])
+    ds = p * (gf @ vf.transpose(-2, -1) - (gf * of).sum(-1, keepdim=True))
+    return ds.sum_to_size(c.mask.shape).to(c.mask.dtype)
+
+
+def calls_backward(calls, go: Tensor, q, k, v, saved, scale: float, gq, gk, gv) -> list:
+    """Accumulate the gradients of ``calls`` into gq, gk, gv (shaped like q, k, v); returns
+    the gradient of every tile mask that requires grad, in call order."""
+    gmasks = []
+    for c, s in zip(calls, saved, strict=True):
+        if s is None:
+            continue
+        o, lse = s
+        g = c.sel(go, c.q0, c.q1)
+        g = g if c.row_ok is None else g * c.row_ok.to(g.dtype)
+        qs, ks, vs = c.sel(q, c.q0, c.q1), c.sel(k, c.lo, c.hi), c.sel(v, c.lo, c.hi)
+        a, b, d = sdpa_bwd(g, qs, ks, vs, o, lse, c.mask, scale, c.is_causal)
+        c.sel(gq, c.q0, c.q1).add_(a)
+        c.sel(gk, c.lo, c.hi).add_(b)
+        c.sel(gv, c.lo, c.hi).add_(d)
+        if c.learns_mask:
+            gmasks.append(_mask_grad(c, g, qs, ks, vs, o, lse, scale))
+    return gmasks

@@ -1,0 +1,217 @@
+"""Dispatch: which backend runs a validated :class:`~attnkit.kernels.base.AttentionCall`.
+
+Selection only (the model is xformers' ``ops/fmha/dispatch.py``): walk the preference order of
+the call's score kind and take the first backend whose ``not_supported_reasons`` (and, for
+``backend="auto"``, ``speed_reasons``) are empty. What a backend can do is read from its
+:class:`~attnkit.kernels.base.Backend` class every time a call is first seen, never restated
+here. Reasons are formatted in one place, :meth:`Dispatch.__str__`, which is also the text of
+every "cannot serve" error.
+
+Cheap: the per-call cost of choosing is paid once per *call signature*. :class:`ChoiceCache`
+remembers the outcome of validation and selection under a key built from everything that
+validation and a backend's reasons may read: tensor types, shapes, strides, dtypes, devices,
+``requires_grad`` and the grad mode; the mask's identity (a mask object) or identity, version
+counter and layout (a mask tensor); the scalar options with their types (``scale=True`` never
+matches ``scale=1.0``); the requested backend. A backend whose reasons depend on anything else
+(tensor *values*, mutable settings) must call :func:`clear_cache` when that changes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from attnkit import kernels
+from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.numerics import mask_tensors
+from attnkit.masks import Mask
+
+__all__ = [
+    "PREFERENCE",
+    "WEIGHTS_LIMIT",
+    "ChoiceCache",
+    "Dispatch",
+    "check_backend_name",
+    "check_weights_limit",
+    "clear_cache",
+    "explain",
+    "mask_key",
+    "preference",
+    "select",
+    "tensor_key",
+]
+
+PREFERENCE: dict[str, tuple[str, ...]] = {
+    "dot": ("blocksparse", "dense", "math"),
+    "additive": ("additive_fused", "math"),
+}
+"""Per score kind, the order in which ``backend="auto"`` tries the backends."""
+
+WEIGHTS_LIMIT = 2**26
+"""Most attention-weight entries (B*H*Lq*Lk) returned by ``return_weights=True`` (256 MiB fp32)."""
+
+
+def preference(kind: str) -> tuple[str, ...]:
+    """Registered backend names in the order ``backend="auto"`` tries them for score ``kind``."""
+    return tuple(n for n in PREFERENCE[kind] if n in kernels.BACKENDS)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """The backend chosen for a call and, for every backend considered, why it was not chosen.
+
+    ``chosen`` is None when nothing can serve the call; ``reasons[name]`` is an empty list for a
+    backend that could serve it (but came later in preference order)."""
+
+    chosen: str | None
+    reasons: dict[str, list[str]]
+    requested: str = "auto"
+
+    def __str__(self) -> str:
+        lines = [f"backend: {self.chosen or 'none'} (requested: {self.requested})"]
+        for name, why in self.reasons.items():
+            if name == self.chosen:
+                continue
+            lines.append(f"  {name}: " + ("; ".join(why) if why else "could serve, lower priority"))
+        return "\n".join(lines)
+
+    def error(self) -> ValueError:
+        """The ValueError raised when nothing can serve the call."""
+        if self.requested != "auto":
+            why = "; ".join(self.reasons[self.requested])
+            return ValueError(f"backend: {self.requested!r} cannot serve this call: {why}")
+        return ValueError(f"backend: no backend can serve this call:\n{self}")
+
+
+def check_backend_name(backend: object) -> str:
+    """``backend`` if it is "auto" or a registered backend name (TypeError / ValueError)."""
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
+    if backend != "auto" and backend not in kernels.BACKENDS:
+        raise ValueError(
+            f"backend: expected 'auto' or one of {sorted(kernels.BACKENDS)}, got {backend!r}"
+        )
+    return backend
+
+
+def check_weights_limit(batch_numel: int, q_len: int, kv_len: int) -> None:
+    """ValueError (naming ``return_weights``) when the weights would exceed WEIGHTS_LIMIT."""
+    n = batch_numel * q_len * kv_len
+    if n > WEIGHTS_LIMIT:
+        raise ValueError(
+            f"return_weights: the weights would have {n:,} entries "
+            f"(> {WEIGHTS_LIMIT:,}); ask for fewer: slice the query rows (q[..., rows, :]) or "
+            "the heads you want to see and call again, or call without return_weights"
+        )
+
+
+def _reasons(b: Backend, call: AttentionCall, auto: bool) -> list[str]:
+    why = b.not_supported_reasons(call)
+    return why if why or not auto else b.speed_reasons(call)
+
+
+def explain(call: AttentionCall, backend: str = "auto") -> Dispatch:
+    """Every considered backend's reasons and the choice (nothing is computed or remembered)."""
+    backend = check_backend_name(backend)
+    if backend != "auto":
+        # a forced backend must be able to serve the call; being slower is the user's choice
+        reasons = {backend: _reasons(kernels.BACKENDS[backend], call, auto=False)}
+        return Dispatch(None if reasons[backend] else backend, reasons, backend)
+    names = preference(call.kind)
+    reasons = {n: _reasons(kernels.BACKENDS[n], call, auto=True) for n in names}
+    return Dispatch(next((n for n in names if not reasons[n]), None), reasons, backend)
+
+
+def select(call: AttentionCall, backend: str = "auto") -> Backend:
+    """The backend that runs ``call``: the first in preference order that can serve it (for
+    "auto"), or the forced one; ValueError with every reason when there is none."""
+    if backend == "auto":
+        for n in preference(call.kind):
+            b = kernels.BACKENDS[n]
+            if not _reasons(b, call, auto=True):
+                return b
+    else:
+        b = kernels.BACKENDS[check_backend_name(backend)]
+        if not b.not_supported_reasons(call):
+            return b
+    raise explain(call, backend).error()
+
+
+# ---------------------------------------------------------------------------------------------
+# remembered choices
+# ---------------------------------------------------------------------------------------------
+def tensor_key(t: Tensor) -> tuple:
+    """What validation and backend reasons may read from a tensor, as a hashable tuple."""
+    return (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+
+
+def mask_key(mask: object, grad: bool) -> tuple | None:
+    """The signature part of a mask argument (None, a mask object or a mask tensor), or None
+    when the mask cannot be remembered (e.g. an inference tensor has no version counter).
+
+    With grad mode on, a mask object's part includes which of its bias tensors require grad
+    (a backend may lack a bias backward)."""
+    if mask is None:
+        return ()
+    try:
+        if isinstance(mask, Tensor):
+            return ("tensor", id(mask), mask._version, *tensor_key(mask))
+        weakref.ref(mask)
+    except (TypeError, RuntimeError):
+        return None
+    if grad and isinstance(mask, Mask):
+        return ("object", id(mask), type(mask), *(t.requires_grad for t in mask_tensors(mask)))
+    return ("object", id(mask), type(mask))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A remembered outcome: the backend, the normalised options, and a weak reference to the
+    mask argument (its id is in the key; the reference proves it is still the same object)."""
+
+    backend: Backend
+    options: tuple
+    mask_ref: weakref.ref | None
+
+
+class ChoiceCache:
+    """A bounded map from call signature to :class:`Choice` (oldest entries evicted first)."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self._entries: dict[tuple, Choice] = {}
+
+    def get(self, key: tuple, mask: object) -> Choice | None:
+        c = self._entries.get(key)
+        if c is None:
+            return None
+        if c.mask_ref is not None and c.mask_ref() is not mask:
+            return None  # the id now belongs to another object
+        if kernels.BACKENDS.get(c.backend.name) is not c.backend:
+            return None  # the registry changed
+        return c
+
+    def put(self, key: tuple, backend: Backend, options: tuple, mask: object) -> None:
+        ref = None if mask is None else weakref.ref(mask)
+        self._entries[key] = Choice(backend, options, ref)
+        while len(self._entries) > self.size:
+            try:
+                del self._entries[next(iter(self._entries))]
+            except (KeyError, StopIteration, RuntimeError):  # another thread evicted it
+                break
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+CACHE = ChoiceCache()
+
+
+def clear_cache() -> None:
+    """Forget every remembered choice (after changing a backend's settings or the registry)."""
+    CACHE.clear()

@@ -1,0 +1,229 @@
+"""One NaN/inf/overflow policy for the dot-product backends (``dense``, ``math``, ``blocksparse``).
+
+P1 a row with no allowed key gives output 0 (and gradient 0).
+P2 only the mask's allowed set masks: every finite bias value is a real bias, never a sentinel.
+P3 finite inputs give the float64 result within the dtype's tolerance (softmax subtracts the
+   row max).
+P4 float16/bfloat16 compute scores, softmax and accumulation in float32 and round once.
+P5 when ``max|q| * max|k| * d * scale + max|bias| >= finfo(compute).max / 16`` the call is
+   computed in float64 and rounded, and so is a call that needs gradients when that bound times
+   finfo(compute).eps reaches 2**-10; a bias cast to the compute dtype saturates at
+   +-finfo.max (never -inf, which would mean "not allowed": ``Mask.bias_tile(..., dtype)``).
+P6 NaN or +-inf in q, k, v or a bias at a position a row attends to makes that whole output
+   row NaN. The kernels never see non-finite keys or values: :func:`run_dot` replaces them by 0
+   before computing and then sets the affected rows to NaN, so rows that do not attend to
+   them are exact. Gradients of calls with non-finite inputs are unspecified.
+
+:func:`run_dot` applies the policy around a backend's ``impl(call, compute_dtype)``.
+
+Shape legend: ``...`` batch dims of q, ``Lq``/``Lk`` query/key lengths, ``d`` widths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnkit.kernels.base import AttentionCall
+    from attnkit.masks import Mask
+
+HALF = (torch.float16, torch.bfloat16)
+
+OVERFLOW_MARGIN = 16.0
+"""P5: a call whose score bound reaches finfo(compute).max / OVERFLOW_MARGIN runs in float64."""
+
+GRAD_SCORE_ERROR = 2.0**-10
+"""P5 for gradients: a call that needs a backward runs in float64 when the score bound times
+eps(compute) reaches this. The fused backward recomputes exp(s - logsumexp) from scores it
+computes again; at |s| * eps near 1 that recomputation is off by factors of e (inf at worst)."""
+
+_ROW_CHUNK = 2**22
+"""Most mask entries evaluated at once when finding the rows that attend to non-finite values."""
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """P4: the dtype scores, softmax and accumulation use for inputs of ``dtype``."""
+    return torch.float32 if dtype in HALF else dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# the mask's tensors and bias bound, read through the mask's structure
+# ---------------------------------------------------------------------------------------------
+def mask_leaves(mask: Mask | None) -> list[Mask]:
+    """The leaf masks of a combination (the mask itself for a leaf; [] for None)."""
+    if mask is None:
+        return []
+    leaves = getattr(mask, "leaves", None)
+    if callable(leaves):
+        return list(leaves())
+    parts = [getattr(mask, n) for n in ("a", "b") if hasattr(mask, n)]
+    return [leaf for p in parts for leaf in mask_leaves(p)] if parts else [mask]
+
+
+def mask_tensors(mask: Mask | None) -> list[Tensor]:
+    """The floating tensors (additive biases) held by the leaves of ``mask``."""
+    out = []
+    for leaf in mask_leaves(mask):
+        if leaf.has_bias:
+            out += [
+                t for t in vars(leaf).values() if isinstance(t, Tensor) and t.is_floating_point()
+            ]
+    return out
+
+
+def _finite_abs_max(t: Tensor) -> Tensor:
+    """max |t| over the finite entries (0 when there are none), float64 scalar tensor."""
+    t = t.detach()
+    return (
+        torch.where(torch.isfinite(t), t, 0).abs().amax().double() if t.numel() else t.new_zeros(())
+    )
+
+
+def bias_bound(mask: Mask | None, q_len: int, kv_len: int) -> Tensor:
+    """An upper bound of |bias| over the finite bias values of ``mask`` (float64 scalar tensor):
+    the sum over its biased leaves (``&`` adds biases)."""
+    total = torch.zeros((), dtype=torch.float64)
+    for leaf in mask_leaves(mask):
+        if not leaf.has_bias:
+            continue
+        slopes = getattr(leaf, "slopes", getattr(leaf, "slope", None))
+        tensors = [
+            t for t in vars(leaf).values() if isinstance(t, Tensor) and t.is_floating_point()
+        ]
+        if isinstance(slopes, (float, Tensor)):  # alibi: |slope| * distance
+            s = torch.as_tensor(slopes, dtype=torch.float64).abs().amax()
+            total = total + s * max(q_len, kv_len)
+        elif tensors:
+            total = total + sum(_finite_abs_max(t) for t in tensors)
+        else:
+            b = leaf.materialize_bias(q_len, kv_len)
+            total = total + (0 if b is None else _finite_abs_max(b))
+    return total
+
+
+def _nonfinite_bias(mask: Mask | None) -> Tensor:
+    """True (0-dim bool) when a bias tensor of ``mask`` holds NaN or +inf."""
+    flags = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in mask_tensors(mask)]
+    return torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# the policy
+# ---------------------------------------------------------------------------------------------
+def _needs_float64(call: AttentionCall, bound: float, dtype: torch.dtype) -> bool:
+    """P5: scores bounded by ``bound`` could overflow ``dtype``, or are too large for an exact
+    fused backward."""
+    fi = torch.finfo(dtype)
+    if not bound < fi.max / OVERFLOW_MARGIN:
+        return True
+    return call.needs_grad and not bound * fi.eps < GRAD_SCORE_ERROR
+
+
+def _row_norm_bound(call: AttentionCall) -> float:
+    """max_i |q_i| * max_j |k_j| * scale (row 2-norms in float64): a bound of |q_i . k_j| * scale
+    up to d times tighter than max|q| * max|k| * d * scale."""
+    qn, kn = (
+        torch.linalg.vector_norm(t.detach().double(), dim=-1).amax() for t in (call.q, call.k)
+    )
+    return float(qn * kn) * call.scale
+
+
+def numerics(call: AttentionCall) -> tuple[torch.dtype, bool]:
+    """(compute dtype, all inputs finite) for a dot-product call, with one host sync. Cached on
+    the call."""
+    key = "numerics"
+    if key not in call._cache:
+        ends = [e for t in (call.q, call.k, call.v) for e in torch.aminmax(t.detach())]
+        vals = torch.stack(ends).tolist()  # q, k, v share one dtype
+        qm, km = max(-vals[0], vals[1]), max(-vals[2], vals[3])
+        bm, bad_bias = 0.0, False
+        if call.mask is not None and call.mask.has_bias:
+            extra = [bias_bound(call.mask, call.q_len, call.kv_len), _nonfinite_bias(call.mask)]
+            bm, bad_bias = torch.stack(extra).double().tolist()
+        finite = math.isfinite(qm + km + vals[4] + vals[5]) and not bad_bias
+        dtype = compute_dtype(call.dtype)
+        bound, tight = qm * km * call.q.shape[-1] * call.scale + bm, False
+        if dtype != torch.float64 and _needs_float64(call, bound, dtype):
+            bound, tight = _row_norm_bound(call) + bm, True  # Cauchy-Schwarz: check again
+            if _needs_float64(call, bound, dtype):
+                dtype = torch.float64
+        ok = True
+        if call.needs_grad and not bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR:
+            if not tight:
+                bound = _row_norm_bound(call) + bm
+            ok = bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR
+        call._cache[key] = (dtype, finite)
+        call._cache["fused-backward-ok"] = ok
+    return call._cache[key]
+
+
+def fused_backward_ok(call: AttentionCall) -> bool:
+    """False when ``call`` needs gradients and its scores are so large, even in the compute
+    dtype of :func:`numerics`, that a fused backward (which recomputes exp(s - logsumexp) from
+    scores it computes again) would be inexact: |s| * eps(compute) >= GRAD_SCORE_ERROR. Backends
+    then differentiate through an explicit softmax instead."""
+    numerics(call)
+    return call._cache["fused-backward-ok"]
+
+
+def _sanitized(call: AttentionCall) -> AttentionCall:
+    """The call with non-finite entries of q, k and v replaced by 0."""
+    q, k, v = (torch.where(torch.isfinite(t), t, 0) for t in (call.q, call.k, call.v))
+    return dataclasses.replace(call, q=q, k=k, v=v, _cache={})
+
+
+def _lift(t: Tensor, mask_ndim: int, batch_ndim: int) -> Tensor:
+    return t.reshape(t.shape[:mask_ndim] + (1,) * (batch_ndim - mask_ndim) + t.shape[-2:])
+
+
+def nonfinite_rows(call: AttentionCall) -> Tensor:
+    """Bool (..., Lq): rows that have an allowed key and attend to a non-finite q row, k or v
+    row, or bias entry (P6)."""
+    q_bad = ~torch.isfinite(call.q.detach()).all(-1)  # (..., Lq)
+    kv_bad = ~(torch.isfinite(call.k.detach()).all(-1) & torch.isfinite(call.v.detach()).all(-1))
+    mask, lq, lk = call.mask, call.q_len, call.kv_len
+    if mask is None:
+        return q_bad | kv_bad.any(-1, keepdim=True)
+    nb, mb = len(call.batch_shape), len(mask.batch_shape)
+    rows = max(1, _ROW_CHUNK // max(1, lk * max(1, math.prod(call.batch_shape))))
+    parts = []
+    for q0 in range(0, lq, rows):
+        q1 = min(lq, q0 + rows)
+        allowed = _lift(mask.tile(q0, q1, 0, lk, lq, lk), mb, nb).to(q_bad.device)
+        bad = kv_bad[..., None, :]
+        if mask.has_bias:
+            b = mask.bias_tile(q0, q1, 0, lk, lq, lk)
+            if b is not None:
+                b = _lift(b.detach(), mb, nb).to(q_bad.device)
+                bad = bad | b.isnan() | (b == math.inf)
+        hit = (allowed & bad).any(-1) | (q_bad[..., q0:q1] & allowed.any(-1))
+        parts.append(hit.expand(call.batch_shape + (q1 - q0,)))
+    return torch.cat(parts, dim=-1)
+
+
+Impl = Callable[["AttentionCall", torch.dtype], tuple[Tensor, Tensor | None]]
+
+
+def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
+    """Run ``impl(call, compute_dtype) -> (output, weights or None)`` under the policy: choose
+    the compute dtype (P4, P5), keep non-finite keys and values out of the kernel and turn the
+    rows that attend to non-finite values into NaN (P6); results in the call's dtype."""
+    compute, finite = numerics(call)
+    work = call
+    if not finite:
+        work = _sanitized(call)
+        compute, _ = numerics(work)
+    out, weights = impl(work, compute)
+    out = out.to(call.dtype)
+    weights = None if weights is None else weights.to(call.dtype)
+    if not finite:
+        bad = nonfinite_rows(call)[..., None]
+        out = torch.where(bad, math.nan, out)
+        weights = None if weights is None else torch.where(bad, math.nan, weights)
+    return out, weights
