@@ -188,8 +188,54 @@ def test_rope_bad_input():
     rope = RotaryEmbedding(8)
     with pytest.raises(ValueError, match=r"k: expected shape .*last dim 8, got \(1, 2, 3, 6\)"):
         rope(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 6))
-    with pytest.raises(ValueError, match="offset"):
+    with pytest.raises(ValueError, match="q_offset"):
         rope(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8), q_offset=-2)
+
+
+BAD_POSITIONAL = [
+    (lambda: RotaryEmbedding(4).cos_sin(-3), ValueError, "length"),
+    (lambda: RotaryEmbedding(4).cos_sin(2.5), TypeError, "length"),
+    (lambda: RotaryEmbedding(4).cos_sin(3, True), TypeError, "offset"),
+    (lambda: RotaryEmbedding(4).cos_sin(3, dtype=3), TypeError, "dtype"),
+    (lambda: RotaryEmbedding(4).cos_sin(3, dtype=torch.int32), ValueError, "dtype"),
+    (lambda: RotaryEmbedding(4).cos_sin(3, device="nope"), ValueError, "device"),
+    (lambda: RotaryEmbedding(True), TypeError, "head_dim"),
+    (lambda: RotaryEmbedding(4, base="10"), TypeError, "base"),
+    (lambda: RotaryEmbedding(4, base=1.0), ValueError, "base"),
+    (lambda: RotaryEmbedding(4).rotate(torch.zeros(2, 4), offset=-1), ValueError, "offset"),
+    (lambda: sinusoidal_table(-1, 4), ValueError, "length"),
+    (lambda: sinusoidal_table(3, 4, dtype=torch.long), ValueError, "dtype"),
+    (lambda: sinusoidal_table(3, 4, device="nope"), ValueError, "device"),
+    (lambda: SinusoidalPositionalEncoding(8, dropout=1.5), ValueError, "dropout"),
+    (lambda: SinusoidalPositionalEncoding(8, max_len=True), TypeError, "max_len"),
+    (lambda: SinusoidalPositionalEncoding(8).table(-2), ValueError, "length"),
+    (lambda: LearnedPositionalEmbedding(0, 4), ValueError, "max_len"),
+    (lambda: LearnedPositionalEmbedding(4, 2)(torch.zeros(1, 3, 2).double()), TypeError, "x"),
+    (
+        lambda: LearnedPositionalEmbedding(4, 2)(torch.zeros(1, 3, 2), offset=1.0),
+        TypeError,
+        "offset",
+    ),
+    (lambda: ALiBi(True), TypeError, "num_heads"),
+]
+
+
+@pytest.mark.parametrize(
+    "make,exc,name", BAD_POSITIONAL, ids=[f"{i}-{b[2]}" for i, b in enumerate(BAD_POSITIONAL)]
+)
+def test_positional_arguments_are_checked_before_torch(make, exc, name):
+    with pytest.raises(exc) as info:
+        make()
+    assert str(info.value).startswith(name), str(info.value)
+
+
+def test_cos_sin_against_float64_angles():
+    cos, sin = RotaryEmbedding(6, base=100.0).cos_sin(5, 3, dtype=torch.float64)
+    pos = np.arange(3, 8)[:, None]
+    ang = pos * 100.0 ** (-np.arange(3) * 2.0 / 6)
+    np.testing.assert_allclose(cos.numpy(), np.cos(np.concatenate([ang, ang], 1)), rtol=1e-14)
+    np.testing.assert_allclose(sin.numpy(), np.sin(np.concatenate([ang, ang], 1)), rtol=1e-14)
+    assert RotaryEmbedding(4).cos_sin(0)[0].shape == (0, 4)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,6 +313,9 @@ def test_alibi_bad_input():
         ALiBi(0)
     with pytest.raises(ValueError, match="slopes"):
         ALiBiMask(torch.ones(2, 2))
+    from attnkit import masks
+
+    assert ALiBiMask is masks.ALiBi  # one implementation of ALiBi
     # heads of the mask must line up with dim 1 of the inputs
     q = torch.randn(1, 4, 3, 2)
     with pytest.raises(ValueError, match="mask: its batch shape"):

@@ -19,40 +19,28 @@ weights are always (B, H, Lq, Lk) (or (B, Lq, Lk) averaged over heads).
 Masks: **True = may attend** (see :mod:`attnkit.masks`). A mask object (``causal()``,
 ``key_padding(lengths)``, ``from_key_padding_mask(torch_style_padding)``, ...) or a tensor
 broadcastable to (B, H, Lq, Lk) with right-aligned torch rules ((Lq, Lk), (B, 1, Lq, Lk), ...).
+
+The module receives its attention function (``attention_fn``, :mod:`attnkit.nn.attention_fn`); the
+head plumbing is :mod:`attnkit.heads`'s, the cache rules :class:`~attnkit.nn.cache.KVCache`'s.
 """
 
 from __future__ import annotations
 
-import numbers
+import weakref
 
 import torch
 from torch import Tensor, nn
 
-from attnkit import functional
-from attnkit.masks import Mask, causal
+from attnkit import checks, functional, tensor_checks
+from attnkit.masks import Mask
+from attnkit.nn.attention_fn import AttentionFn, default_attention
 from attnkit.nn.cache import KVCache
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["AttentionFn", "MultiHeadAttention", "default_attention"]
 
-
-def _positive_int(name: str, x: object) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise ValueError(f"{name}: expected a positive int, got {x!r}")
-    return x
-
-
-def _split_heads(x: Tensor, n: int) -> Tensor:
-    """(B, L, n*d) -> (B, n, L, d)."""
-    b, length, e = x.shape
-    return x.reshape(b, length, n, e // n).transpose(1, 2)
-
-
-def _has_top_left_causal(mask: object) -> bool:
-    """True when ``mask`` is, or combines with & / |, a top-left aligned causal mask."""
-    if isinstance(mask, causal):
-        return mask.alignment == "top_left"
-    parts = [getattr(mask, "a", None), getattr(mask, "b", None)]
-    return any(isinstance(p, Mask) and _has_top_left_causal(p) for p in parts)
+# module -> (mask key, weak reference to the mask) of its last checked mask (kept out of the
+# module itself so that modules stay picklable)
+_CHECKED_MASK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class MultiHeadAttention(nn.Module):
@@ -71,6 +59,9 @@ class MultiHeadAttention(nn.Module):
         rotary: optional module called as ``q, k = rotary(q, k, q_offset, k_offset)`` on
             q (B, H, Lq, d) and k (B, G, Lk_new, d) after the head split; the offsets are the
             positions already in the cache (0 without one).
+        attention_fn: the attention of the split heads, ``attention_fn(q, k, v, mask, *,
+            dropout_p, return_weights) -> (out, weights | None)`` (shapes in
+            :data:`AttentionFn`); default :func:`default_attention`.
 
     Parameters are four ``nn.Linear``: ``q_proj`` (E -> H d), ``k_proj`` (E_k -> G d),
     ``v_proj`` (E_v -> G d), ``out_proj`` (H d -> E).
@@ -88,39 +79,42 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         batch_first: bool = True,
         rotary: nn.Module | None = None,
+        attention_fn: AttentionFn | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        embed_dim = _positive_int("embed_dim", embed_dim)
-        num_heads = _positive_int("num_heads", num_heads)
+        embed_dim = checks.positive_int("embed_dim", embed_dim)
+        num_heads = checks.positive_int("num_heads", num_heads)
         if embed_dim % num_heads:
             raise ValueError(
                 f"embed_dim: expected a multiple of num_heads={num_heads}, got {embed_dim}"
             )
-        kdim = embed_dim if kdim is None else _positive_int("kdim", kdim)
-        vdim = embed_dim if vdim is None else _positive_int("vdim", vdim)
-        g = num_heads if num_kv_heads is None else _positive_int("num_kv_heads", num_kv_heads)
+        kdim = embed_dim if kdim is None else checks.positive_int("kdim", kdim)
+        vdim = embed_dim if vdim is None else checks.positive_int("vdim", vdim)
+        g = num_heads if num_kv_heads is None else checks.positive_int("num_kv_heads", num_kv_heads)
         if num_heads % g:
             raise ValueError(
                 f"num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}"
             )
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, numbers.Real)
-            or not 0.0 <= float(dropout) < 1.0
-        ):
-            raise ValueError(f"dropout: expected a number in [0, 1), got {dropout!r}")
-        if not isinstance(batch_first, bool):
-            raise TypeError(f"batch_first: expected a bool, got {batch_first!r}")
+        bias = checks.flag("bias", bias)
+        dropout = checks.probability("dropout", dropout)
+        batch_first = checks.flag("batch_first", batch_first)
         if rotary is not None and not callable(rotary):
             raise TypeError(f"rotary: expected a callable module or None, got {type(rotary)}")
+        if attention_fn is not None and not callable(attention_fn):
+            raise TypeError(
+                f"attention_fn: expected a callable or None, got {type(attention_fn).__name__}"
+            )
+        device = tensor_checks.device("device", device)
+        dtype = tensor_checks.float_dtype("dtype", dtype)
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, g
         self.kdim, self.vdim = kdim, vdim
         self.head_dim = embed_dim // num_heads
-        self.dropout = float(dropout)
+        self.dropout = dropout
         self.batch_first = batch_first
         self.rotary = rotary
+        self.attention_fn = default_attention if attention_fn is None else attention_fn
         kw = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
         self.k_proj = nn.Linear(kdim, g * self.head_dim, bias=bias, **kw)
@@ -137,6 +131,8 @@ class MultiHeadAttention(nn.Module):
             s += f", num_kv_heads={self.num_kv_heads}"
         if (self.kdim, self.vdim) != (self.embed_dim, self.embed_dim):
             s += f", kdim={self.kdim}, vdim={self.vdim}"
+        if self.attention_fn is not default_attention:
+            s += f", attention_fn={getattr(self.attention_fn, '__name__', self.attention_fn)}"
         return s + f", dropout={self.dropout}, batch_first={self.batch_first}"
 
     def new_cache(self, static: bool = False) -> KVCache:
@@ -148,9 +144,8 @@ class MultiHeadAttention(nn.Module):
 
     # -----------------------------------------------------------------------------------------
     def _check_input(self, name: str, x: object, width: int, width_name: str) -> Tensor:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
         layout = "(B, L, E)" if self.batch_first else "(L, B, E)"
+        x = tensor_checks.tensor(name, x)
         if x.dim() != 3:
             raise ValueError(f"{name}: expected 3 dims {layout}, got shape {tuple(x.shape)}")
         if x.shape[-1] != width:
@@ -160,6 +155,10 @@ class MultiHeadAttention(nn.Module):
         w = self.q_proj.weight
         if x.dtype != w.dtype:
             raise TypeError(f"{name}: expected dtype {w.dtype} like the parameters, got {x.dtype}")
+        if x.device != w.device:
+            raise ValueError(
+                f"{name}: expected device {w.device} like the parameters, got {x.device}"
+            )
         if 0 in x.shape:
             raise ValueError(f"{name}: expected non-empty dims, got shape {tuple(x.shape)}")
         return x if self.batch_first else x.transpose(0, 1)
@@ -187,11 +186,16 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             query: (B, Lq, E) (or (Lq, B, E) when ``batch_first=False``).
-            key: (B, Lk, E_k); defaults to ``query`` (self-attention).
+            key: (B, Lk, E_k); defaults to ``query`` (self-attention). A ``value`` without
+                ``key`` is refused (ValueError), as in Flax: the query is not a key by default.
             value: (B, Lk, E_v); defaults to ``key``.
             mask: True = may attend; mask object or tensor broadcastable to (B, H, Lq, Lk),
-                where Lk counts the cached keys too. With a self-attention cache use
-                ``causal("bottom_right")`` (equal to ``causal()`` when nothing is cached).
+                where Lk counts the cached keys too. With cached keys, every part of the mask
+                that compares positions must be bottom-right aligned (the new queries follow
+                the cached keys): ``causal("bottom_right")``,
+                ``sliding_window(w, 0, alignment="bottom_right")``,
+                ``prefix_lm(n, alignment="bottom_right")``; top-left parts are refused
+                (ValueError) once the cache holds keys. Key padding and ALiBi need no option.
             return_weights: also return the attention weights (B, H, Lq, Lk) (before dropout);
                 this uses the plain math backend. Otherwise the fastest backend runs.
             average_weights: average the returned weights over heads: (B, Lq, Lk).
@@ -204,19 +208,23 @@ class MultiHeadAttention(nn.Module):
         Returns:
             (output (B, Lq, E) (or (Lq, B, E)), weights or None).
         """
-        if not isinstance(return_weights, bool):
-            raise TypeError(f"return_weights: expected a bool, got {return_weights!r}")
-        if not isinstance(average_weights, bool):
-            raise TypeError(f"average_weights: expected a bool, got {average_weights!r}")
+        return_weights = checks.flag("return_weights", return_weights)
+        average_weights = checks.flag("average_weights", average_weights)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache: expected a KVCache or None, got {type(cache).__name__}")
+        if key is None and value is not None:
+            raise ValueError(
+                "key: value was given without key; pass key as well (the query is the key only "
+                "in self-attention, called with the query alone)"
+            )
         # a filled static cache needs no key/value: they were projected at the first call
         reuse = cache is not None and cache.static and cache.k is not None
-        skip_kv = reuse and key is None and value is None
+        skip_kv = reuse and key is None
         key = query if key is None else key
         value = key if value is None else value
         query = self._check_input("query", query, self.embed_dim, "embed_dim")
         b, lq, _ = query.shape
+        lk = 0
         if not skip_kv:
             key = self._check_input("key", key, self.kdim, "kdim")
             value = self._check_input("value", value, self.vdim, "vdim")
@@ -225,61 +233,73 @@ class MultiHeadAttention(nn.Module):
                     f"key/value: expected (B, Lk, .) with B = {b} like query and the same Lk, "
                     f"got key {tuple(key.shape)}, value {tuple(value.shape)} (batch first)"
                 )
+            lk = key.shape[1]
         self._check_mask(mask)
         if cache is not None:
-            cache.claim(self)
-            if cache.static and self.rotary is not None:
-                raise ValueError(
-                    "cache: a static (cross-attention) cache cannot be used with rotary; "
-                    "rotary embeddings apply to self-attention"
-                )
-            if cache.k is not None and cache.k.shape[0] != b:
-                raise ValueError(
-                    f"cache: holds batch size {cache.k.shape[0]}, but query has B = {b}"
-                )
-            if not cache.static and cache.length and _has_top_left_causal(mask):
-                raise ValueError(
-                    f"mask: a top-left causal mask with {cache.length} cached keys would hide "
-                    "them from the new queries; use causal('bottom_right')"
-                )
-            if reuse and not skip_kv and key.shape[1] != cache.length:
-                raise ValueError(
-                    f"key: the static cache holds Lk = {cache.length} keys, got key "
-                    f"{tuple(key.shape)} (batch first)"
-                )
+            kv_len = None if skip_kv else lk
+            cache.check(self, b, mask, kv_len=kv_len, rotary=self.rotary is not None)
+            lk = cache.size if reuse else lk + (0 if cache.static else cache.size)
+        # the whole mask is checked against (B, H, Lq, Lk) before any work (and before the
+        # cache changes); attention_fn receives it as the caller gave it
+        self._check_mask_sizes(mask, b, lq, lk, query.device)
 
-        q = _split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, d)
-        if reuse:
-            k, v = cache.k, cache.v
-        else:
-            k = _split_heads(self.k_proj(key), self.num_kv_heads)  # (B, G, Lk, d)
-            v = _split_heads(self.v_proj(value), self.num_kv_heads)  # (B, G, Lk, d)
+        q = functional.split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, d)
+        k = v = None
+        if not reuse:
+            k = functional.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, G, Lk_new, d)
+            v = functional.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, G, Lk_new, d)
             if self.rotary is not None:
-                q_off = 0 if cache is None else cache.seen
-                k_off = 0 if cache is None else cache.length
+                q_off, k_off = (0, 0) if cache is None else cache.positions()
                 q, k = self.rotary(q, k, q_off, k_off)
-            if cache is not None and not cache.static:
-                k, v = cache.concat(k, v)  # (B, G, L_cached + Lk, d)
-        cached_k, cached_v = k, v
-        if self.num_kv_heads != self.num_heads:
-            rep = self.num_heads // self.num_kv_heads
-            k = k.repeat_interleave(rep, dim=1)  # (B, H, Lk, d)
-            v = v.repeat_interleave(rep, dim=1)
-        res = functional.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            return_weights=return_weights,
-        )
-        out, weights = res if return_weights else (res, None)
-        if cache is not None:  # only now: a call that raised leaves the cache unchanged
-            cache.store(cached_k, cached_v, lq)
-        out = self.out_proj(out.transpose(1, 2).reshape(b, lq, self.embed_dim))  # (B, Lq, E)
+        if cache is not None:
+            k, v = cache.update(k, v, lq)  # (B, G, Lk, d): everything cached
+        dropout_p = self.dropout if self.training else 0.0
+        res = self.attention_fn(q, k, v, mask, dropout_p=dropout_p, return_weights=return_weights)
+        out, weights = self._check_result(res, b, lq, lk, return_weights)
+        out = self.out_proj(functional.merge_heads(out))  # (B, Lq, E)
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)
         return (out if self.batch_first else out.transpose(0, 1)), weights
+
+    def _check_mask_sizes(self, mask: object, b: int, lq: int, lk: int, device) -> None:
+        """``functional.check_mask`` against (B, H, Lq, Lk); skipped when this module's previous
+        call checked the same mask object (same tensor version) at the same sizes."""
+        if mask is None:
+            return
+        try:
+            version = mask._version if isinstance(mask, Tensor) else None
+        except RuntimeError:  # an inference tensor has no version counter: check every time
+            version = False
+        key = (id(mask), version, b, lq, lk, device)
+        last = _CHECKED_MASK.get(self)
+        if last is not None and last[0] == key and last[1]() is mask:
+            return
+        functional.check_mask(mask, (b, self.num_heads), lq, lk, device)
+        if version is not False:
+            try:
+                _CHECKED_MASK[self] = (key, weakref.ref(mask))
+            except TypeError:  # not weak-referenceable: check every time
+                pass
+
+    def _check_result(
+        self, res: object, b: int, lq: int, lk: int, return_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """attention_fn's (out (B, H, Lq, d), weights (B, H, Lq, Lk) or None), or ValueError."""
+        h = self.num_heads
+        out, weights = res if isinstance(res, tuple) and len(res) == 2 else (None, None)
+        if not isinstance(out, Tensor) or out.shape != (b, h, lq, self.head_dim):
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(res).__name__
+            raise ValueError(
+                f"attention_fn: expected to return (out, weights) with out of shape "
+                f"(B, H, Lq, d) = {(b, h, lq, self.head_dim)}, got {got}"
+            )
+        if return_weights and (not isinstance(weights, Tensor) or weights.shape != (b, h, lq, lk)):
+            got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+            raise ValueError(
+                f"attention_fn: expected weights of shape (B, H, Lq, Lk) = {(b, h, lq, lk)} "
+                f"with return_weights=True, got {got}"
+            )
+        return out, weights if return_weights else None
 
     # -----------------------------------------------------------------------------------------
     @classmethod
@@ -334,7 +354,8 @@ class MultiHeadAttention(nn.Module):
 
     def to_torch(self) -> nn.MultiheadAttention:
         """The equivalent ``torch.nn.MultiheadAttention`` (same weights). Only for
-        ``num_kv_heads == num_heads`` and no rotary embedding (torch has neither)."""
+        ``num_kv_heads == num_heads``, no rotary embedding and the default ``attention_fn``
+        (torch has none of them)."""
         if self.num_kv_heads != self.num_heads:
             raise ValueError(
                 f"num_kv_heads: torch.nn.MultiheadAttention has no grouped-query heads "
@@ -342,6 +363,10 @@ class MultiHeadAttention(nn.Module):
             )
         if self.rotary is not None:
             raise ValueError("rotary: torch.nn.MultiheadAttention has no rotary embedding")
+        if self.attention_fn is not default_attention:
+            raise ValueError(
+                "attention_fn: torch.nn.MultiheadAttention has no custom attention function"
+            )
         w0 = self.q_proj.weight
         m = nn.MultiheadAttention(
             self.embed_dim,

@@ -12,12 +12,12 @@ pass the number of positions already seen so the new token gets its true positio
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
-from attnkit.masks import PARTIAL, Mask, alibi_slopes
+from attnkit import checks, tensor_checks
+from attnkit.masks import ALiBi as ALiBiMask
+from attnkit.masks import alibi_slopes
 
 __all__ = [
     "ALiBi",
@@ -31,27 +31,15 @@ __all__ = [
 ]
 
 
-def _check_positive_int(name: str, n: object) -> int:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{name}: expected a positive int, got {n!r}")
-    return n
-
-
-def _check_offset(name: str, n: object) -> int:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"{name}: expected an int >= 0, got {n!r}")
-    return n
-
-
-def _check_input(name: str, x: object, width: int, what: str, min_dim: int = 2) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
-    if x.dim() < min_dim or x.shape[-1] != width:
+def _check_input(name: str, x: object, width: int, what: str, like: Tensor | None = None) -> Tensor:
+    """``x`` a floating tensor (..., width); with ``like``, of its dtype and device."""
+    x = tensor_checks.floating_tensor(name, x)
+    if x.dim() < 2 or x.shape[-1] != width:
         raise ValueError(
             f"{name}: expected shape {what} with last dim {width}, got {tuple(x.shape)}"
         )
+    if like is not None:
+        tensor_checks.like(name, x, like, "the parameters")
     return x
 
 
@@ -72,6 +60,11 @@ def sinusoidal_table(
     ``PE[pos, 2i + 1] = cos(pos / 10000^(2i / d_model))``; computed in float64, then cast.
     An odd ``d_model`` has one more sine column than cosine columns.
     """
+    length = checks.nonnegative_int("length", length)
+    d_model = checks.positive_int("d_model", d_model)
+    offset = checks.nonnegative_int("offset", offset)
+    dtype = tensor_checks.float_dtype("dtype", dtype, allow_none=False)
+    device = tensor_checks.device("device", device)
     pos = torch.arange(offset, offset + length, dtype=torch.float64)[:, None]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     angle = pos / torch.pow(torch.tensor(10000.0, dtype=torch.float64), two_i / d_model)
@@ -100,16 +93,17 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        _check_positive_int("max_len", max_len)
-        self.dropout = nn.Dropout(dropout)
+        self.d_model = checks.positive_int("d_model", d_model)
+        checks.positive_int("max_len", max_len)
+        self.dropout = nn.Dropout(checks.probability("dropout", dropout))
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
         self._built_dtype = self.pe.dtype  # .double() on a float32 table would only upcast it
 
     def table(self, length: int, offset: int = 0, like: Tensor | None = None) -> Tensor:
         """Rows ``offset .. offset + length - 1`` of the table: (length, E), in ``like``'s dtype
         and device when given."""
-        _check_offset("offset", offset)
+        length = checks.nonnegative_int("length", length)
+        offset = checks.nonnegative_int("offset", offset)
         need = offset + length
         dtype = self.pe.dtype if like is None else like.dtype
         device = self.pe.device if like is None else like.device
@@ -142,22 +136,22 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()
-        self.max_len = _check_positive_int("max_len", max_len)
-        self.d_model = _check_positive_int("d_model", d_model)
+        self.max_len = checks.positive_int("max_len", max_len)
+        self.d_model = checks.positive_int("d_model", d_model)
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x: (..., L, E) -> x + weight[offset : offset + L], (..., L, E)."""
-        _check_input("x", x, self.d_model, "(..., L, d_model)")
-        _check_offset("offset", offset)
+        _check_input("x", x, self.d_model, "(..., L, d_model)", like=self.weight)
+        offset = checks.nonnegative_int("offset", offset)
         length = x.shape[-2]
         if offset + length > self.max_len:
             raise ValueError(
                 f"x: positions {offset}..{offset + length - 1} (offset {offset}, length {length}) "
                 f"exceed max_len={self.max_len} of this LearnedPositionalEmbedding"
             )
-        return x + self.weight[offset : offset + length].to(x.dtype)
+        return x + self.weight[offset : offset + length]
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"
@@ -197,19 +191,24 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
-        _check_positive_int("head_dim", head_dim)
+        checks.positive_int("head_dim", head_dim)
         if head_dim % 2:
             raise ValueError(f"head_dim: expected an even int, got {head_dim}")
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-            raise ValueError(f"base: expected a number > 1, got {base!r}")
+        base = checks.finite_float("base", base, "a finite number > 1")
+        if not base > 1:
+            raise ValueError(f"base: expected a finite number > 1, got {base!r}")
         self.head_dim = head_dim
         self.base = float(base)
 
     def cos_sin(
         self, length: int, offset: int = 0, *, dtype=torch.float32, device=None
     ) -> tuple[Tensor, Tensor]:
-        """cos and sin tables, each (length, d), for positions ``offset .. offset + length - 1``."""
-        _check_offset("offset", offset)
+        """cos and sin tables, each (length, d), for positions ``offset .. offset + length - 1``
+        (computed in float64, then cast to ``dtype``, a floating dtype, on ``device``)."""
+        length = checks.nonnegative_int("length", length)
+        offset = checks.nonnegative_int("offset", offset)
+        dtype = tensor_checks.float_dtype("dtype", dtype, allow_none=False)
+        device = tensor_checks.device("device", device)
         half = self.head_dim // 2
         inv_freq = self.base ** (-torch.arange(half, dtype=torch.float64) * 2.0 / self.head_dim)
         pos = torch.arange(offset, offset + length, dtype=torch.float64)
@@ -223,6 +222,9 @@ class RotaryEmbedding(nn.Module):
     def rotate(self, x: Tensor, offset: int = 0, name: str = "x") -> Tensor:
         """Rotate x (..., L, d): row ``i`` by the angles of position ``offset + i``."""
         _check_input(name, x, self.head_dim, "(..., L, head_dim)")
+        offset = checks.nonnegative_int(
+            name + "_offset" if name in ("q", "k") else "offset", offset
+        )
         cos, sin = self.cos_sin(x.shape[-2], offset, dtype=x.dtype, device=x.device)
         return apply_rotary(x, cos, sin)
 
@@ -239,42 +241,8 @@ class RotaryEmbedding(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # ALiBi (Press et al.)
 # ---------------------------------------------------------------------------------------------
-class ALiBiMask(Mask):
-    """ALiBi as an attnkit mask: every key allowed, score bias
-    ``bias[h, i, j] = -slopes[h] * |j - (i + Lk - Lq)|`` (bottom-right aligned when Lq != Lk, so
-    the last query lines up with the last key, as when decoding with a cache).
-
-    ``batch_shape`` is (1, H): the head dim is the second dim of (B, H, Lq, d) inputs. Combine
-    with ``&``: ``ALiBi(8).mask() & causal("bottom_right")`` for a decoder.
-
-    Args:
-        slopes: (H,) per-head slopes (see :func:`attnkit.masks.alibi_slopes`).
-    """
-
-    has_bias = True
-
-    def __init__(self, slopes: Tensor) -> None:
-        if not isinstance(slopes, Tensor) or slopes.dim() != 1 or slopes.numel() < 1:
-            got = tuple(slopes.shape) if isinstance(slopes, Tensor) else type(slopes).__name__
-            raise ValueError(f"slopes: expected a 1-d tensor (H,), got {got}")
-        if not bool(torch.isfinite(slopes).all()):
-            raise ValueError("slopes: expected finite values")
-        self.slopes = slopes.detach().to(device="cpu", dtype=torch.float64)
-        self.batch_shape = (1, int(slopes.shape[0]))
-
-    def _allowed(self, qi, kj, q_len, kv_len):
-        return torch.ones((qi.shape[0], kj.shape[1]), dtype=torch.bool)
-
-    def _bias(self, qi, kj, q_len, kv_len):
-        d = (kj - (qi + (kv_len - q_len))).abs().to(torch.float64)
-        return -self.slopes[None, :, None, None] * d
-
-    def _block_map(self, q_len, kv_len, block_q, block_kv):
-        nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
-        return torch.full(self.batch_shape + (nq, nk), PARTIAL, dtype=torch.int8)
-
-    def _repr_fields(self):
-        return {"num_heads": self.batch_shape[1]}
+# ``ALiBiMask`` is :class:`attnkit.masks.ALiBi` (one implementation of ALiBi): every key
+# allowed, bias ``-slopes[h] * |j - (i + Lk - Lq)|``, batch_shape (1, H) for per-head slopes.
 
 
 class ALiBi(nn.Module):
@@ -288,13 +256,13 @@ class ALiBi(nn.Module):
 
     def __init__(self, num_heads: int) -> None:
         super().__init__()
-        self.num_heads = _check_positive_int("num_heads", num_heads)
+        self.num_heads = checks.positive_int("num_heads", num_heads)
         # a plain float64 CPU tensor, not a buffer: masks live on the CPU and .half() or
         # .float() on the model must not round the slopes
         self.slopes = alibi_slopes(num_heads)
 
     def mask(self) -> ALiBiMask:
-        """The score-bias mask, batch_shape (1, H)."""
+        """The score-bias mask (:class:`attnkit.masks.ALiBi`), batch_shape (1, H)."""
         return ALiBiMask(self.slopes)
 
     def forward(self) -> ALiBiMask:
