@@ -1,10 +1,12 @@
-"""Public attention functions: validate every argument, then dispatch to a backend.
+"""Public attention functions: validate every argument, then run the backend that dispatch
+(:mod:`attnkit.kernels.dispatch`) chooses.
 
 Shape legend
 ------------
 ``...``  batch dims (batch, heads, ...), identical for q, k and v (never broadcast silently)
 ``Lq``   query length          ``Lk``  key/value length
 ``dk``   query/key width       ``dv``  value width       ``h``  additive hidden width
+``B``    batch                 ``H``   query heads       ``G``  key/value heads (divides H)
 
 Masks: a mask object from :mod:`attnkit.masks` (True = may attend; batch data lines up with the
 leading batch dim), or a tensor broadcastable to (..., Lq, Lk) with torch's right-aligned rules:
@@ -16,256 +18,50 @@ every backend and in :mod:`attnkit.reference`.
 Backends: ``backend="auto"`` picks the first backend in preference order that can serve the
 call; :func:`explain_dispatch` says which and why each other one was rejected; ``backend=NAME``
 forces one and raises ``ValueError`` with its reasons when it cannot serve the call.
+
+Every argument is checked before any work, and errors name the argument as the caller passed
+it. A call whose signature (shapes, strides, dtypes, devices, grad flags, mask identity,
+options) was seen before reuses the earlier validation and choice (see
+:mod:`attnkit.kernels.dispatch`): repeated calls (the layers of a decoder at one generation
+step, a training loop's batches) pay the checks and the choice once per signature.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from attnkit import kernels
-from attnkit.kernels.base import WEIGHTS_LIMIT, AttentionCall
-from attnkit.masks import Mask, from_tensor
+from attnkit import calls as C
+from attnkit import checks
+from attnkit import tensor_checks as tc
+from attnkit.calls import check_mask
+from attnkit.heads import merge_heads, repeat_kv_heads, split_heads
+from attnkit.kernels import dispatch
+from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.dispatch import Dispatch
+from attnkit.masks import Mask
 
 __all__ = [
     "Dispatch",
     "additive_attention",
+    "check_mask",
     "dot_product_attention",
     "explain_dispatch",
     "general_attention",
+    "grouped_query_attention",
+    "merge_heads",
     "multi_head_attention",
+    "repeat_kv_heads",
     "scaled_dot_product_attention",
+    "split_heads",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# validation
-# ---------------------------------------------------------------------------------------------
-def _check_tensor(name: str, t: object) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
-    return t
-
-
-def _check_like(name: str, t: Tensor, ref: Tensor, ref_name: str = "q") -> None:
-    if t.dtype != ref.dtype:
-        raise TypeError(f"{name}: expected dtype {ref.dtype} like {ref_name}, got {t.dtype}")
-    if t.device != ref.device:
-        raise ValueError(f"{name}: expected device {ref.device} like {ref_name}, got {t.device}")
-
-
-def _check_qkv(q: object, k: object, v: object, same_width: bool) -> tuple[Tensor, Tensor, Tensor]:
-    q, k, v = _check_tensor("q", q), _check_tensor("k", k), _check_tensor("v", v)
-    _check_like("k", k, q)
-    _check_like("v", v, q)
-    if q.dim() < 2:
-        raise ValueError(
-            f"q: expected shape (..., Lq, d_k) with at least 2 dims, got {tuple(q.shape)}"
-        )
-    for name, t, what in (("k", k, "(..., Lk, d_k)"), ("v", v, "(..., Lk, d_v)")):
-        if t.dim() != q.dim():
-            raise ValueError(
-                f"{name}: expected {q.dim()} dims {what} like q {tuple(q.shape)}, "
-                f"got {tuple(t.shape)}"
-            )
-        if t.shape[:-2] != q.shape[:-2]:
-            raise ValueError(
-                f"{name}: batch dims {tuple(t.shape[:-2])} do not match q's {tuple(q.shape[:-2])} "
-                "(attnkit does not broadcast batch dims; expand them explicitly)"
-            )
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if 0 in t.shape:
-            raise ValueError(f"{name}: expected non-empty dims, got shape {tuple(t.shape)}")
-    if same_width and k.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
-        )
-    if v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
-    return q, k, v
-
-
-def _normalize_mask(mask: object, q: Tensor, kv_len: int) -> Mask | None:
-    """A mask object whose batch_shape lines up with q's leading batch dims, or None."""
-    if mask is None:
-        return None
-    q_len, batch = q.shape[-2], tuple(q.shape[:-2])
-    target = batch + (q_len, kv_len)
-    if isinstance(mask, Tensor):
-        if mask.dtype != torch.bool and not mask.is_floating_point():
-            raise TypeError(f"mask: expected a bool or floating tensor, got dtype {mask.dtype}")
-        if mask.device != q.device:
-            raise ValueError(f"mask: expected device {q.device} like q, got {mask.device}")
-        if (
-            mask.dim() < 2
-            or mask.dim() > len(target)
-            or any(m not in (1, t) for m, t in zip(mask.shape[::-1], target[::-1]))
-        ):
-            raise ValueError(
-                f"mask: expected a shape broadcastable to (..., Lq, Lk) = {target}, "
-                f"got {tuple(mask.shape)}"
-            )
-        full = mask.reshape((1,) * (len(target) - mask.dim()) + tuple(mask.shape))
-        full = full.expand(full.shape[:-2] + (q_len, kv_len))
-        return from_tensor(full)
-    if not isinstance(mask, Mask):
-        raise TypeError(
-            f"mask: expected a Mask object, a bool/float torch.Tensor or None, "
-            f"got {type(mask).__name__}"
-        )
-    mb = mask.batch_shape
-    if len(mb) > len(batch) or any(m not in (1, b) for m, b in zip(mb, batch)):
-        raise ValueError(
-            f"mask: its batch shape {mb} does not line up with the leading batch dims {batch} "
-            f"of q {tuple(q.shape)}"
-        )
-    mask.tile(0, 1, 0, 1, q_len, kv_len)  # lets the mask check its own lengths now
-    return mask
-
-
-def _check_scale(scale: object, d_k: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(d_k)
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale: expected a positive finite number or None, got {scale!r}")
-    s = float(scale)
-    if not (math.isfinite(s) and s > 0):
-        raise ValueError(f"scale: expected a positive finite number or None, got {scale!r}")
-    return s
-
-
-def _check_dropout(p: object) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"dropout_p: expected a number in [0, 1), got {p!r}")
-    if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"dropout_p: expected a number in [0, 1), got {p!r}")
-    return float(p)
-
-
-def _check_flag(name: str, x: object) -> bool:
-    if not isinstance(x, bool):
-        raise TypeError(f"{name}: expected a bool, got {x!r}")
-    return x
-
-
-# ---------------------------------------------------------------------------------------------
-# dispatch
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Dispatch:
-    """The backend chosen for a call and, for every backend, why it was not chosen.
-
-    ``chosen`` is None when nothing can serve the call; ``reasons[name]`` is an empty list for a
-    backend that could serve it (but came later in preference order)."""
-
-    chosen: str | None
-    reasons: dict[str, list[str]]
-    requested: str = "auto"
-
-    def __str__(self) -> str:
-        lines = [f"backend: {self.chosen or 'none'} (requested: {self.requested})"]
-        for name, why in self.reasons.items():
-            if name == self.chosen:
-                continue
-            lines.append(f"  {name}: " + ("; ".join(why) if why else "could serve, lower priority"))
-        return "\n".join(lines)
-
-
-def _dispatch(call: AttentionCall, backend: str) -> Dispatch:
-    if not isinstance(backend, str):
-        raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
-    names = kernels.preference(call.kind)
-    if backend != "auto" and backend not in kernels.BACKENDS:
-        raise ValueError(
-            f"backend: expected 'auto' or one of {sorted(kernels.BACKENDS)}, got {backend!r}"
-        )
-    if backend != "auto":
-        # a forced backend must be able to serve the call; being slower is the user's choice
-        b = kernels.BACKENDS[backend]
-        reasons = {backend: b.not_supported_reasons(call)}
-        return Dispatch(backend if not reasons[backend] else None, reasons, backend)
-    reasons = {}
-    for n in names:
-        b = kernels.BACKENDS[n]
-        reasons[n] = b.not_supported_reasons(call) or b.speed_reasons(call)
-    chosen = next((n for n in names if not reasons[n]), None)
-    return Dispatch(chosen, reasons, backend)
-
-
-def _run(call: AttentionCall, backend: str) -> tuple[Tensor, Tensor | None]:
-    if call.return_weights and call.weights_numel() > WEIGHTS_LIMIT:
-        raise ValueError(
-            f"return_weights: the weights would have {call.weights_numel():,} entries "
-            f"(> {WEIGHTS_LIMIT:,}); ask for fewer: slice the query rows (q[..., rows, :]) or "
-            "the heads you want to see and call again, or call without return_weights"
-        )
-    d = _dispatch(call, backend)
-    if d.chosen is None:
-        if backend != "auto":
-            raise ValueError(
-                f"backend: {backend!r} cannot serve this call: " + "; ".join(d.reasons[backend])
-            )
-        raise ValueError(f"backend: no backend can serve this call:\n{d}")
-    return kernels.BACKENDS[d.chosen].run(call)
-
-
-def _finish(out: Tensor, weights: Tensor | None, return_weights: bool):
-    return (out, weights) if return_weights else out
 
 
 # ---------------------------------------------------------------------------------------------
 # public functions
 # ---------------------------------------------------------------------------------------------
-def _dot_call(q, k, v, mask, scale, dropout_p, return_weights, default_scale) -> AttentionCall:
-    q, k, v = _check_qkv(q, k, v, same_width=True)
-    s = _check_scale(scale, q.shape[-1]) if scale is not None or default_scale else 1.0
-    return AttentionCall(
-        kind="dot",
-        q=q,
-        k=k,
-        v=v,
-        mask=_normalize_mask(mask, q, k.shape[-2]),
-        scale=s,
-        dropout_p=_check_dropout(dropout_p),
-        return_weights=_check_flag("return_weights", return_weights),
-    )
-
-
-def _additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights) -> AttentionCall:
-    q, k, v = _check_qkv(q, k, v, same_width=False)
-    w_q, w_k, w_v = _check_tensor("w_q", w_q), _check_tensor("w_k", w_k), _check_tensor("w_v", w_v)
-    for name, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        _check_like(name, t, q)
-    if w_v.dim() != 1:
-        raise ValueError(f"w_v: expected shape (h,), got {tuple(w_v.shape)}")
-    h = w_v.shape[0]
-    if w_q.shape != (h, q.shape[-1]):
-        raise ValueError(
-            f"w_q: expected shape (h, d_q) = ({h}, {q.shape[-1]}), got {tuple(w_q.shape)}"
-        )
-    if w_k.shape != (h, k.shape[-1]):
-        raise ValueError(
-            f"w_k: expected shape (h, d_k) = ({h}, {k.shape[-1]}), got {tuple(w_k.shape)}"
-        )
-    return AttentionCall(
-        kind="additive",
-        q=q,
-        k=k,
-        v=v,
-        mask=_normalize_mask(mask, q, k.shape[-2]),
-        return_weights=_check_flag("return_weights", return_weights),
-        w_q=w_q,
-        w_k=w_k,
-        w_v=w_v,
-    )
-
-
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -297,8 +93,9 @@ def scaled_dot_product_attention(
         w = softmax(scores, -1); w[row has no allowed key] = 0
         out = dropout(w) @ v
     """
-    call = _dot_call(q, k, v, mask, scale, dropout_p, return_weights, default_scale=True)
-    return _finish(*_run(call, backend), return_weights)
+    call, b = C.dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, True)
+    out, weights = b.run(call)
+    return (out, weights) if return_weights else out
 
 
 def dot_product_attention(
@@ -313,8 +110,9 @@ def dot_product_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Unscaled dot-product attention softmax(q kᵀ + mask) v (seed 004); shapes as in
     :func:`scaled_dot_product_attention`."""
-    call = _dot_call(q, k, v, mask, 1.0, dropout_p, return_weights, default_scale=False)
-    return _finish(*_run(call, backend), return_weights)
+    call, b = C.dot_call(q, k, v, mask, None, dropout_p, return_weights, backend, False)
+    out, weights = b.run(call)
+    return (out, weights) if return_weights else out
 
 
 def general_attention(
@@ -334,13 +132,16 @@ def general_attention(
     Returns:
         output (..., Lq, dv) [, weights (..., Lq, Lk)].
     """
-    q, k, v = _check_qkv(q, k, v, same_width=False)
-    w = _check_tensor("w", w)
-    _check_like("w", w, q)
+    backend = dispatch.check_backend_name(backend)
+    checks.flag("return_weights", return_weights)
+    q, k, v = C.check_qkv(q, k, v, same_width=False)
+    w = tc.floating_tensor("w", w)
+    tc.like("w", w, q, "q")
     if w.shape != (q.shape[-1], k.shape[-1]):
         raise ValueError(
             f"w: expected shape (d_q, d_k) = ({q.shape[-1]}, {k.shape[-1]}), got {tuple(w.shape)}"
         )
+    C.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
     return dot_product_attention(q @ w, k, v, mask, return_weights=return_weights, backend=backend)
 
 
@@ -365,8 +166,9 @@ def additive_attention(
     Returns:
         output (..., Lq, dv) [, weights (..., Lq, Lk)].
     """
-    call = _additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights)
-    return _finish(*_run(call, backend), return_weights)
+    call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
+    out, weights = dispatch.select(call, backend).run(call)
+    return (out, weights) if return_weights else out
 
 
 def explain_dispatch(
@@ -389,34 +191,114 @@ def explain_dispatch(
     ``kind`` is "dot" (scaled / unscaled dot product) or "additive" (then give w_q, w_k, w_v).
     Nothing is computed; ``print(explain_dispatch(...))`` gives a readable report.
     """
+    checks.choice("kind", kind, ("dot", "additive"))
+    backend = dispatch.check_backend_name(backend)
     if kind == "dot":
-        call = _dot_call(q, k, v, mask, scale, dropout_p, return_weights, default_scale=True)
-    elif kind == "additive":
-        call = _additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights)
+        q, k, v = C.check_qkv(q, k, v, same_width=True)
+        m = C.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
+        s, p = C.scale_or_default(scale, q.shape[-1]), checks.probability("dropout_p", dropout_p)
+        rw = checks.flag("return_weights", return_weights)
+        call = AttentionCall(
+            kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw
+        )
     else:
-        raise ValueError(f"kind: expected 'dot' or 'additive', got {kind!r}")
-    return _dispatch(call, backend)
+        call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
+    return dispatch.explain(call, backend)
 
 
-def _split_heads(x: Tensor, n: int) -> Tensor:
-    """(B, L, n*d) -> (B, n, L, d)."""
-    b, length, e = x.shape
-    return x.reshape(b, length, n, e // n).transpose(1, 2)
+# ---------------------------------------------------------------------------------------------
+# multi-head plumbing
+# ---------------------------------------------------------------------------------------------
+def _run_grouped(b, q, k, v, mask, scale, dropout_p, return_weights):
+    """Run q (..., H, Lq, dk) against k, v with G heads on backend ``b`` (already chosen for
+    the H-head call): k and v as they are when ``b`` declares ``supports_gqa`` (SDPA's native
+    grouped-query path), else repeated to H heads."""
+    h = q.shape[-3]
+    if k.shape[-3] != h and not getattr(b, "supports_gqa", False):
+        k, v = repeat_kv_heads(k, h), repeat_kv_heads(v, h)
+    call = AttentionCall(
+        kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
+        return_weights=return_weights,
+    )  # fmt: skip
+    return b.run(call)
 
 
-def _proj(name: str, x: Tensor, w: object, b: object, in_dim: int) -> Tensor:
-    w = _check_tensor(name, w)
-    _check_like(name, w, x, "query")
-    if w.dim() != 2 or w.shape[1] != in_dim:
-        raise ValueError(f"{name}: expected shape (out, {in_dim}), got {tuple(w.shape)}")
-    if b is not None:
-        b = _check_tensor(name.replace("w_", "b_"), b)
-        _check_like(name.replace("w_", "b_"), b, x, "query")
-        if b.shape != (w.shape[0],):
+def _select_grouped(batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw, backend):
+    """The backend for an H-head call (batch = (..., H)), chosen on stand-in tensors so that
+    nothing is computed before every check has passed."""
+    if rw:
+        dispatch.check_weights_limit(math.prod(batch), lq, lk)
+    qp, kp, vp = (C.probe(batch + (n, d), ref, grad) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
+    call = AttentionCall(
+        kind="dot", q=qp, k=kp, v=vp, mask=mask, scale=scale, dropout_p=dropout_p,
+        return_weights=rw,
+    )  # fmt: skip
+    return dispatch.select(call, backend)
+
+
+def grouped_query_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask | Tensor | None = None,
+    *,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+    backend: str = "auto",
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Scaled dot-product attention of H query heads over G key/value heads (G divides H;
+    grouped-query attention, G = 1 is multi-query): query head h uses key/value head
+    h // (H / G).
+
+    Args:
+        q: (..., H, Lq, dk); k: (..., G, Lk, dk); v: (..., G, Lk, dv).
+        mask, scale, dropout_p, return_weights, backend: as in
+            :func:`scaled_dot_product_attention`; the mask is against (..., H, Lq, Lk).
+    Returns:
+        output (..., H, Lq, dv), or (output, weights (..., H, Lq, Lk)).
+
+    k and v are not copied per query head when the chosen backend declares ``supports_gqa``
+    (it receives them with G heads, e.g. for SDPA's ``enable_gqa``); otherwise they are
+    repeated with :func:`repeat_kv_heads`.
+    """
+    q, k, v = (tc.floating_tensor(n, t) for n, t in (("q", q), ("k", k), ("v", v)))
+    if q.dim() < 3:
+        raise ValueError(f"q: expected shape (..., H, Lq, d_k), got {tuple(q.shape)}")
+    for n, t in (("k", k), ("v", v)):
+        tc.like(n, t, q, "q")
+        if t.dim() != q.dim() or t.shape[:-3] != q.shape[:-3]:
             raise ValueError(
-                f"{name.replace('w_', 'b_')}: expected shape ({w.shape[0]},), got {tuple(b.shape)}"
+                f"{n}: expected shape (..., G, Lk, d) with the batch dims of q "
+                f"{tuple(q.shape)}, got {tuple(t.shape)}"
             )
-    return torch.nn.functional.linear(x, w, b)
+    h, g = q.shape[-3], k.shape[-3]
+    if h % g:
+        raise ValueError(f"k: expected G heads dividing q's H = {h}, got shape {tuple(k.shape)}")
+    if v.shape[-3] != g:
+        raise ValueError(f"v: expected G = {g} heads like k, got shape {tuple(v.shape)}")
+    kw = dict(scale=scale, dropout_p=dropout_p, return_weights=return_weights, backend=backend)
+    if g == h:
+        return scaled_dot_product_attention(q, k, v, mask, **kw)
+    backend = dispatch.check_backend_name(backend)
+    rw = checks.flag("return_weights", return_weights)
+    p = checks.probability("dropout_p", dropout_p)
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        if 0 in t.shape:
+            raise ValueError(f"{n}: expected non-empty dims, got shape {tuple(t.shape)}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
+        )
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
+    s = C.scale_or_default(scale, q.shape[-1])
+    batch, lq, lk = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2]
+    m = C.check_mask(mask, batch, lq, lk, q.device)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    b = _select_grouped(batch, lq, lk, q.shape[-1], v.shape[-1], q, grad, m, s, p, rw, backend)
+    out, weights = _run_grouped(b, q, k, v, m, s, p, rw)
+    return (out, weights) if return_weights else out
 
 
 def multi_head_attention(
@@ -455,55 +337,62 @@ def multi_head_attention(
             to (B, Lq, Lk).
     Returns:
         (output (B, Lq, E_out), weights or None).
+
+    Every argument (weights, biases, mask, options, and whether the backend can serve the
+    call) is checked before any projection is computed.
     """
     query, key, value = (
-        _check_tensor(n, t) for n, t in (("query", query), ("key", key), ("value", value))
+        tc.floating_tensor(n, t) for n, t in (("query", query), ("key", key), ("value", value))
     )
+    for n, t, what in (("query", query, "Lq"), ("key", key, "Lk"), ("value", value, "Lk")):
+        tc.like(n, t, query, "query")
+        if t.dim() != 3 or 0 in t.shape:
+            raise ValueError(f"{n}: expected a non-empty (B, {what}, E), got {tuple(t.shape)}")
+    bsz, lq, lk = query.shape[0], query.shape[1], key.shape[1]
     for n, t in (("key", key), ("value", value)):
-        _check_like(n, t, query, "query")
-        if t.dim() != 3:
-            raise ValueError(f"{n}: expected shape (B, L, E), got {tuple(t.shape)}")
-    if query.dim() != 3:
-        raise ValueError(f"query: expected shape (B, Lq, E), got {tuple(query.shape)}")
-    if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+        if t.shape[0] != bsz or t.shape[1] != lk:
+            raise ValueError(
+                f"{n}: expected (B, Lk, .) with B = {bsz} like query and Lk = {lk} like key, "
+                f"got {tuple(t.shape)}"
+            )
+    h = checks.positive_int("num_heads", num_heads)
+    g = h if num_kv_heads is None else checks.positive_int("num_kv_heads", num_kv_heads)
+    if h % g:
+        raise ValueError(f"num_kv_heads: expected a divisor of num_heads={h}, got {g}")
+    w_q = C.weight("w_q", w_q, None, query.shape[2], "(num_heads*d_k, E)", query)
+    if w_q.shape[0] % h:
         raise ValueError(
-            f"key/value: expected (B, Lk, .) with B = {query.shape[0]} and matching Lk, "
-            f"got key {tuple(key.shape)}, value {tuple(value.shape)}"
+            f"w_q: expected num_heads*d_k rows, a multiple of num_heads={h}, "
+            f"got shape {tuple(w_q.shape)}"
         )
-    if not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads: expected a positive int, got {num_heads!r}")
-    g = num_heads if num_kv_heads is None else num_kv_heads
-    if not isinstance(g, int) or g < 1 or num_heads % g:
+    dk = w_q.shape[0] // h
+    what = f"(num_kv_heads*d_k, E_k) with num_kv_heads={g}, d_k={dk} (from w_q)"
+    w_k = C.weight("w_k", w_k, g * dk, key.shape[2], what, query)
+    w_v = C.weight("w_v", w_v, None, value.shape[2], "(num_kv_heads*d_v, E_v)", query)
+    if w_v.shape[0] % g:
         raise ValueError(
-            f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, got {g!r}"
+            f"w_v: expected num_kv_heads*d_v rows, a multiple of num_kv_heads={g}, "
+            f"got shape {tuple(w_v.shape)}"
         )
-    _check_flag("average_weights", average_weights)
-    q = _proj("w_q", query, w_q, b_q, query.shape[-1])
-    k = _proj("w_k", key, w_k, b_k, key.shape[-1])
-    v = _proj("w_v", value, w_v, b_v, value.shape[-1])
-    if q.shape[-1] % num_heads or k.shape[-1] % g or v.shape[-1] % g:
-        raise ValueError(
-            f"w_q/w_k/w_v: output widths {q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]} must divide "
-            f"into {num_heads} query heads and {g} key/value heads"
-        )
-    q, k, v = _split_heads(q, num_heads), _split_heads(k, g), _split_heads(v, g)
-    if g != num_heads:
-        k = k.repeat_interleave(num_heads // g, dim=1)
-        v = v.repeat_interleave(num_heads // g, dim=1)
-    res = scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        mask,
-        scale=scale,
-        dropout_p=dropout_p,
-        return_weights=return_weights,
-        backend=backend,
-    )
-    out, weights = res if return_weights else (res, None)
-    b, _, lq, dv = out.shape
-    out = out.transpose(1, 2).reshape(b, lq, num_heads * dv)
-    out = _proj("w_o", out, w_o, b_o, num_heads * dv)
-    if weights is not None and average_weights:
+    dv = w_v.shape[0] // g
+    w_o = C.weight("w_o", w_o, None, h * dv, "(E_out, num_heads*d_v)", query)
+    b_q, b_k = C.bias("b_q", b_q, h * dk, query), C.bias("b_k", b_k, g * dk, query)
+    b_v, b_o = C.bias("b_v", b_v, g * dv, query), C.bias("b_o", b_o, w_o.shape[0], query)
+    m = C.check_mask(mask, (bsz, h), lq, lk, query.device)
+    s, p = C.scale_or_default(scale, dk), checks.probability("dropout_p", dropout_p)
+    rw = checks.flag("return_weights", return_weights)
+    avg = checks.flag("average_weights", average_weights)
+    backend = dispatch.check_backend_name(backend)
+    ts = (query, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+    b = _select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend)
+
+    f = torch.nn.functional.linear
+    q = split_heads(f(query, w_q, b_q), h)  # (B, H, Lq, dk)
+    k = split_heads(f(key, w_k, b_k), g)  # (B, G, Lk, dk)
+    v = split_heads(f(value, w_v, b_v), g)  # (B, G, Lk, dv)
+    out, weights = _run_grouped(b, q, k, v, m, s, p, rw)
+    out = f(merge_heads(out), w_o, b_o)
+    if weights is not None and avg:
         weights = weights.mean(dim=1)
     return out, weights

@@ -309,7 +309,7 @@ def test_dropout_only_in_training_mode():
 def test_validation_errors():
     with pytest.raises(ValueError, match="d_model: expected a multiple of nhead=3"):
         TransformerEncoderLayer(20, 3)
-    with pytest.raises(ValueError, match="activation: expected 'relu' or 'gelu'"):
+    with pytest.raises(ValueError, match="activation: expected one of 'relu', 'gelu'"):
         TransformerDecoderLayer(E, H, activation="tanh")
     with pytest.raises(ValueError, match="num_layers"):
         TransformerEncoder(TransformerEncoderLayer(E, H), 0)

@@ -18,25 +18,23 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnkit import checks
 from attnkit import functional as F
+from attnkit import tensor_checks as tc
 from attnkit.masks import Mask
 
 __all__ = ["AdditiveAttention", "GeneralAttention"]
 
 
-def _positive(name: str, n: object) -> int:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{name}: expected a positive int, got {n!r}")
-    return n
-
-
-def _check_input(name: str, x: object, width: int, what: str) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dim() < 2 or x.shape[-1] != width:
-        raise ValueError(
-            f"{name}: expected shape {what} with last dim {width}, got {tuple(x.shape)}"
-        )
+def _check_input(name: str, x: object, width: int | None, what: str, ref: Tensor) -> Tensor:
+    """``x`` (..., L, width) (any width when None) with the dtype and device of ``ref``."""
+    x = tc.tensor(name, x)
+    if x.dim() < 2 or (width is not None and x.shape[-1] != width):
+        last = "" if width is None else f" with last dim {width}"
+        raise ValueError(f"{name}: expected shape {what}{last}, got {tuple(x.shape)}")
+    tc.like(name, x, ref, "the module's parameters")
+    if 0 in x.shape:
+        raise ValueError(f"{name}: expected non-empty dims, got shape {tuple(x.shape)}")
     return x
 
 
@@ -71,11 +69,25 @@ class _ScoredAttention(nn.Module):
         Returns:
             (output (..., Lq, dv), weights (..., Lq, Lk) or None).
         """
-        _check_input("query", query, self.query_dim, "(..., Lq, query_dim)")
-        _check_input("key", key, self.key_dim, "(..., Lk, key_dim)")
+        checks.flag("return_weights", return_weights)
+        ref = next(self.parameters())
+        query = _check_input("query", query, self.query_dim, "(..., Lq, query_dim)", ref)
+        key = _check_input("key", key, self.key_dim, "(..., Lk, key_dim)", ref)
         value = key if value is None else value
-        if self.value_dim is not None:
-            _check_input("value", value, self.value_dim, "(..., Lk, value_dim)")
+        value = _check_input("value", value, self.value_dim, "(..., Lk, value_dim)", ref)
+        for name, t in (("key", key), ("value", value)):
+            if t.shape[:-2] != query.shape[:-2]:
+                raise ValueError(
+                    f"{name}: expected batch dims {tuple(query.shape[:-2])} like query, "
+                    f"got shape {tuple(t.shape)}"
+                )
+        if value.shape[-2] != key.shape[-2]:
+            raise ValueError(
+                f"value: expected Lk = {key.shape[-2]} rows like key, "
+                f"got shape {tuple(value.shape)}"
+            )
+        b, lq, lk = tuple(query.shape[:-2]), query.shape[-2], key.shape[-2]
+        F.check_mask(mask, b, lq, lk, query.device)
         res = self._attend(query, key, value, mask, return_weights)
         return res if return_weights else (res, None)
 
@@ -102,10 +114,12 @@ class AdditiveAttention(_ScoredAttention):
         self, query_dim: int, key_dim: int, hidden_dim: int, value_dim: int | None = None
     ) -> None:
         super().__init__()
-        self.query_dim = _positive("query_dim", query_dim)
-        self.key_dim = _positive("key_dim", key_dim)
-        self.hidden_dim = _positive("hidden_dim", hidden_dim)
-        self.value_dim = key_dim if value_dim is None else _positive("value_dim", value_dim)
+        self.query_dim = checks.positive_int("query_dim", query_dim)
+        self.key_dim = checks.positive_int("key_dim", key_dim)
+        self.hidden_dim = checks.positive_int("hidden_dim", hidden_dim)
+        self.value_dim = (
+            key_dim if value_dim is None else checks.positive_int("value_dim", value_dim)
+        )
         self.w_q = nn.Parameter(torch.empty(hidden_dim, query_dim))
         self.w_k = nn.Parameter(torch.empty(hidden_dim, key_dim))
         self.w_v = nn.Parameter(torch.empty(hidden_dim))
@@ -141,8 +155,8 @@ class GeneralAttention(_ScoredAttention):
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
-        self.query_dim = _positive("query_dim", query_dim)
-        self.key_dim = _positive("key_dim", key_dim)
+        self.query_dim = checks.positive_int("query_dim", query_dim)
+        self.key_dim = checks.positive_int("key_dim", key_dim)
         self.weight = nn.Parameter(torch.empty(query_dim, key_dim))
         self.reset_parameters()
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnkit import checks
 from attnkit import functional as F
+from attnkit import tensor_checks as tc
 from attnkit.masks import Mask
 
 __all__ = ["SelfAttention"]
@@ -36,14 +38,14 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_model: int, d_k: int, d_v: int, bias: bool = True) -> None:
         super().__init__()
-        for name, n in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"{name}: expected a positive int, got {n!r}")
+        d_model, d_k, d_v = (
+            checks.positive_int(n, x) for n, x in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v))
+        )
+        bias = checks.flag("bias", bias)
         self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
         self.WQ = nn.Linear(d_model, d_k, bias=bias)
         self.WK = nn.Linear(d_model, d_k, bias=bias)
         self.WV = nn.Linear(d_model, d_v, bias=bias)
-        self.scale = d_k**0.5
 
     def forward(
         self, x: Tensor, mask: Mask | Tensor | None = None, return_weights: bool = False
@@ -62,15 +64,20 @@ class SelfAttention(nn.Module):
         Returns:
             output (..., L, d_v), or (output, weights) when ``return_weights``.
         """
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        checks.flag("return_weights", return_weights)
+        x = tc.tensor("x", x)
         if x.dim() < 2 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x: expected shape (B, L, d_model={self.d_model}), got {tuple(x.shape)}"
             )
+        tc.like("x", x, self.WQ.weight, "the module's parameters")
+        if 0 in x.shape:
+            raise ValueError(f"x: expected non-empty dims, got shape {tuple(x.shape)}")
         if isinstance(mask, Tensor) and mask.dtype != torch.bool and not mask.is_floating_point():
             # the seed's 0/1 integer masks (mask == 0 means masked)
             mask = mask != 0
+        length = x.shape[-2]
+        F.check_mask(mask, tuple(x.shape[:-2]), length, length, x.device)
         q, k, v = self.WQ(x), self.WK(x), self.WV(x)
         return F.scaled_dot_product_attention(q, k, v, mask, return_weights=return_weights)
 

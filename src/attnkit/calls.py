@@ -1,0 +1,222 @@
+"""From user arguments to a validated :class:`~attnkit.kernels.base.AttentionCall`.
+
+Every check of :mod:`attnkit.functional` lives here, in the order "cheap first": options
+(backend name, flags, probabilities), then tensors (type, dtype, device, rank, batch dims,
+widths, lengths), then the mask (the only check that may build small tensors). Errors start
+with the argument name the caller used.
+
+:func:`dot_call` also remembers the outcome per call signature (see
+:mod:`attnkit.kernels.dispatch`): a repeated signature skips the checks and the choice and
+only builds the call.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+from torch import Tensor
+
+from attnkit import checks
+from attnkit import tensor_checks as tc
+from attnkit.kernels import dispatch
+from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.dispatch import CACHE, mask_key, tensor_key
+from attnkit.masks import Mask, from_tensor
+
+__all__ = ["additive_call", "check_mask", "check_qkv", "dot_call", "probe", "scale_or_default"]
+
+
+def check_qkv(q: object, k: object, v: object, same_width: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """q (..., Lq, dk), k (..., Lk, dk or any width), v (..., Lk, dv): floating tensors of one
+    dtype and device, identical batch dims, non-empty; errors name q, k or v."""
+    q, k, v = tc.floating_tensor("q", q), tc.floating_tensor("k", k), tc.floating_tensor("v", v)
+    tc.like("k", k, q, "q")
+    tc.like("v", v, q, "q")
+    if q.dim() < 2:
+        raise ValueError(
+            f"q: expected shape (..., Lq, d_k) with at least 2 dims, got {tuple(q.shape)}"
+        )
+    for name, t, what in (("k", k, "(..., Lk, d_k)"), ("v", v, "(..., Lk, d_v)")):
+        if t.dim() != q.dim():
+            raise ValueError(
+                f"{name}: expected {q.dim()} dims {what} like q {tuple(q.shape)}, "
+                f"got {tuple(t.shape)}"
+            )
+        if t.shape[:-2] != q.shape[:-2]:
+            raise ValueError(
+                f"{name}: batch dims {tuple(t.shape[:-2])} do not match q's {tuple(q.shape[:-2])} "
+                "(attnkit does not broadcast batch dims; expand them explicitly)"
+            )
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if 0 in t.shape:
+            raise ValueError(f"{name}: expected non-empty dims, got shape {tuple(t.shape)}")
+    if same_width and k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
+        )
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
+    return q, k, v
+
+
+def _lift(mask: Tensor, batch: tuple[int, ...], q_len: int, kv_len: int) -> Mask:
+    """A (checked) mask tensor right-aligned against batch + (Lq, Lk), as a mask object."""
+    full = mask.reshape((1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape))
+    return from_tensor(full.expand(full.shape[:-2] + (q_len, kv_len)))
+
+
+def check_mask(
+    mask: object,
+    batch: tuple[int, ...],
+    q_len: int,
+    kv_len: int,
+    device: torch.device | None = None,
+    name: str = "mask",
+) -> Mask | None:
+    """The mask argument ``name`` checked against scores of shape batch + (Lq, Lk), as a mask
+    object whose batch_shape lines up with ``batch`` (or None).
+
+    A tensor must be bool or floating, on ``device`` (when given) and broadcastable with
+    torch's right-aligned rules; a mask object's batch_shape must line up with the leading
+    ``batch`` dims and it must accept the lengths. Errors start with ``name``."""
+    if mask is None:
+        return None
+    target = tuple(batch) + (q_len, kv_len)
+    if isinstance(mask, Tensor):
+        if mask.dtype != torch.bool and not mask.is_floating_point():
+            raise TypeError(f"{name}: expected a bool or floating tensor, got dtype {mask.dtype}")
+        if device is not None and mask.device != device:
+            raise ValueError(f"{name}: expected device {device} like q, got {mask.device}")
+        if (
+            mask.dim() < 2
+            or mask.dim() > len(target)
+            or any(m not in (1, t) for m, t in zip(mask.shape[::-1], target[::-1]))
+        ):
+            raise ValueError(
+                f"{name}: expected a shape broadcastable to (..., Lq, Lk) = {target}, "
+                f"got {tuple(mask.shape)}"
+            )
+        return _lift(mask, tuple(batch), q_len, kv_len)
+    if not isinstance(mask, Mask):
+        raise TypeError(
+            f"{name}: expected a Mask object, a bool/float torch.Tensor or None, "
+            f"got {type(mask).__name__}"
+        )
+    mb = mask.batch_shape
+    if len(mb) > len(batch) or any(m not in (1, b) for m, b in zip(mb, batch)):
+        raise ValueError(
+            f"{name}: its batch shape {mb} does not line up with the leading batch dims "
+            f"{tuple(batch)} of the scores {target}"
+        )
+    try:
+        mask.tile(0, 1, 0, 1, q_len, kv_len)  # lets the mask check its own lengths now
+    except ValueError as e:
+        raise ValueError(f"{name}: " + re.sub(r"^mask( \(t\))?: ", "", str(e))) from None
+    return mask
+
+
+def scale_or_default(scale: object, d_k: int) -> float:
+    """``scale`` checked (a positive finite number), or 1/sqrt(d_k) when None."""
+    return 1.0 / math.sqrt(d_k) if scale is None else checks.positive_float("scale", scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# calls: validated (or remembered) -> AttentionCall + backend
+# ---------------------------------------------------------------------------------------------
+def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: bool):
+    """(call, backend) for a dot-product call; a remembered signature skips the checks."""
+    grad = torch.is_grad_enabled()
+    try:
+        key = (
+            "dot",
+            scaled,
+            tensor_key(q),
+            tensor_key(k),
+            tensor_key(v),
+            mask_key(mask, grad),
+            type(scale),
+            scale,
+            type(dropout_p),
+            dropout_p,
+            type(return_weights),
+            return_weights,
+            backend,
+            grad,
+        )
+        hit = CACHE.get(key, mask) if key[5] is not None else None
+    except (AttributeError, TypeError):  # not tensors, or an unhashable option: check below
+        key = hit = None
+    if hit is not None:
+        s, p, rw = hit.options
+        if isinstance(mask, Tensor):
+            mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
+        return AttentionCall(
+            kind="dot", q=q, k=k, v=v, mask=mask, scale=s, dropout_p=p, return_weights=rw
+        ), hit.backend
+    backend = dispatch.check_backend_name(backend)
+    rw = checks.flag("return_weights", return_weights)
+    p = checks.probability("dropout_p", dropout_p)
+    q, k, v = check_qkv(q, k, v, same_width=True)
+    s = scale_or_default(scale, q.shape[-1]) if scaled else 1.0
+    m = check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
+    call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
+    if rw:
+        dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
+    b = dispatch.select(call, backend)
+    if key is not None and key[5] is not None:
+        CACHE.put(key, b, (s, p, rw), mask)
+    return call, b
+
+
+def additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend):
+    backend = dispatch.check_backend_name(backend)
+    rw = checks.flag("return_weights", return_weights)
+    q, k, v = check_qkv(q, k, v, same_width=False)
+    w_q, w_k, w_v = (
+        tc.floating_tensor(n, t) for n, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v))
+    )
+    for name, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        tc.like(name, t, q, "q")
+    if w_v.dim() != 1 or w_v.shape[0] == 0:
+        raise ValueError(f"w_v: expected shape (h,) with h >= 1, got {tuple(w_v.shape)}")
+    h = w_v.shape[0]
+    for name, w, d, what in (("w_q", w_q, q.shape[-1], "d_q"), ("w_k", w_k, k.shape[-1], "d_k")):
+        if w.shape != (h, d):
+            raise ValueError(
+                f"{name}: expected shape (h, {what}) = ({h}, {d}) (h from w_v), "
+                f"got {tuple(w.shape)}"
+            )
+    m = check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
+    call = AttentionCall(
+        kind="additive", q=q, k=k, v=v, mask=m, return_weights=rw, w_q=w_q, w_k=w_k, w_v=w_v
+    )
+    if rw:
+        dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
+    return call, backend
+
+
+def weight(name: str, w: object, rows: int | None, cols: int, what: str, ref: Tensor) -> Tensor:
+    """A 2-D weight (rows, cols) in nn.Linear layout; rows=None: any positive count."""
+    w = tc.floating_tensor(name, w)
+    tc.like(name, w, ref, "query")
+    if w.dim() != 2 or w.shape[1] != cols or (rows is not None and w.shape[0] != rows):
+        want = f"({rows if rows is not None else 'out'}, {cols})"
+        raise ValueError(f"{name}: expected shape {what} = {want}, got {tuple(w.shape)}")
+    return w
+
+
+def bias(name: str, b: object, n: int, ref: Tensor) -> Tensor | None:
+    if b is None:
+        return None
+    b = tc.floating_tensor(name, b)
+    tc.like(name, b, ref, "query")
+    if b.shape != (n,):
+        raise ValueError(f"{name}: expected shape ({n},), got {tuple(b.shape)}")
+    return b
+
+
+def probe(shape: tuple[int, ...], ref: Tensor, grad: bool) -> Tensor:
+    """A stand-in tensor with a call's shape, dtype, device and grad flag (no memory)."""
+    return torch.empty((), dtype=ref.dtype, device=ref.device, requires_grad=grad).expand(shape)
