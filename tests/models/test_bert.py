@@ -373,24 +373,8 @@ def test_config_from_dict_messages():
 
 
 # ---------------------------------------------------------------------------------------------
-# default model path, and no transformers at run time
+# no transformers at run time
 # ---------------------------------------------------------------------------------------------
-@needs_model
-def test_default_model_path():
-    p = hub.default_model_path()
-    assert (p / "config.json").is_file() and (p / "model.safetensors").is_file()
-    assert hub.resolve_model_path("default") == p
-    assert hub.resolve_model_path(str(p)) == p
-
-
-def test_default_model_path_absent(monkeypatch, tmp_path):
-    monkeypatch.setattr(hub.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(FileNotFoundError, match=r'pip install "attnkit\[model\]"'):
-        hub.default_model_path()
-    with pytest.raises(FileNotFoundError, match="not a directory"):
-        hub.resolve_model_path(tmp_path / "nowhere")
-
-
 def test_no_transformers_at_run_time():
     code = (
         "import sys, attnkit.models, attnkit.viz.model_attention\n"

@@ -21,11 +21,12 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.masks import Mask, causal, from_key_padding_mask, key_padding
+from attnkit.models.decoding import beam_search, greedy_search
 from attnkit.nn.cache import DecoderCache
 from attnkit.nn.positional import SinusoidalPositionalEncoding
 from attnkit.nn.transformer import Transformer
 
-__all__ = ["Seq2SeqConfig", "Seq2SeqTransformer"]
+__all__ = ["Seq2SeqConfig", "Seq2SeqStepper", "Seq2SeqTransformer"]
 
 _TIES = ("none", "decoder", "all")
 
@@ -270,6 +271,31 @@ class Seq2SeqTransformer(nn.Module):
         src = self._check_tokens("src", src, self.config.src_vocab_size)
         return src, max_len
 
+    def stepper(
+        self, src: Tensor, src_lengths: Tensor | None = None, repeat: int = 1
+    ) -> Seq2SeqStepper:
+        """A decoding session for :mod:`attnkit.models.decoding`: encodes src (B, S) once and
+        serves B*repeat rows (row ``b*repeat + j`` decodes source ``b``; repeat = beam size)."""
+        src = self._check_tokens("src", src, self.config.src_vocab_size)
+        _positive_int("repeat", repeat)
+        memory, _ = self.encode(src, src_lengths)
+        lengths = None if src_lengths is None else torch.as_tensor(src_lengths)
+        mask = self.source_mask(
+            src.repeat_interleave(repeat, dim=0),
+            None if lengths is None else lengths.repeat_interleave(repeat),
+        )
+        return Seq2SeqStepper(self, memory.repeat_interleave(repeat, dim=0), mask)
+
+    def banned_ids(self) -> tuple[int, ...]:
+        """Ids a generator never emits: pad_id, and bos_id unless it equals eos_id."""
+        c = self.config
+        return (c.pad_id,) if c.bos_id == c.eos_id else (c.pad_id, c.bos_id)
+
+    def _bos(self, src: Tensor) -> Tensor:
+        return torch.full(
+            (src.shape[0], 1), self.config.bos_id, dtype=torch.long, device=src.device
+        )
+
     @torch.no_grad()
     def greedy_decode(
         self, src: Tensor, max_len: int | None = None, src_lengths: Tensor | None = None
@@ -278,25 +304,18 @@ class Seq2SeqTransformer(nn.Module):
         (default ``config.max_len``), without the leading bos_id. Each row ends with eos_id
         (followed by pad_id) unless it reached max_len first; stops when every row has ended.
         pad_id and bos_id are never generated. Call ``model.eval()`` first (dropout).
+        (:func:`attnkit.models.decoding.greedy_search` over :meth:`stepper`.)
         """
         c = self.config
         src, max_len = self._start(src, max_len)
-        memory, mask = self.encode(src, src_lengths)
-        b = src.shape[0]
-        cache = self.new_cache()
-        token = torch.full((b, 1), c.bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(b, dtype=torch.bool, device=src.device)
-        out = []
-        for _ in range(max_len):
-            logp = self.next_token_logprobs(self.decode_step(token, memory, mask, cache)[:, -1])
-            nxt = logp.argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, c.pad_id), nxt)
-            out.append(nxt)
-            done = done | (nxt == c.eos_id)
-            if bool(done.all()):
-                break
-            token = nxt[:, None]
-        return torch.stack(out, dim=1)
+        return greedy_search(
+            self.stepper(src, src_lengths),
+            self._bos(src),
+            max_len,
+            eos_id=c.eos_id,
+            pad_id=c.pad_id,
+            banned=self.banned_ids(),
+        )
 
     @torch.no_grad()
     def beam_search(
@@ -308,7 +327,8 @@ class Seq2SeqTransformer(nn.Module):
         length_penalty: float = 0.0,
         return_all: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """Beam search with the KV cache (reordered as beams are chosen).
+        """Beam search with the KV cache (reordered as beams are chosen);
+        :func:`attnkit.models.decoding.beam_search` over :meth:`stepper`.
 
         A hypothesis ends at eos_id or after ``max_len`` tokens; the best one per source maximises
         ``sum(log p) / len ** length_penalty`` (len counts the eos; 0 = plain sum of
@@ -330,56 +350,32 @@ class Seq2SeqTransformer(nn.Module):
         _positive_int("beam_size", beam_size)
         if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
             raise TypeError(f"length_penalty: expected a number, got {length_penalty!r}")
-        b, k, dev = src.shape[0], beam_size, src.device
-        memory, _ = self.encode(src, src_lengths)
-        memory = memory.repeat_interleave(k, dim=0)  # (B*K, S, E)
-        lengths = None if src_lengths is None else torch.as_tensor(src_lengths)
-        mask = self.source_mask(
-            src.repeat_interleave(k, dim=0),
-            None if lengths is None else lengths.repeat_interleave(k),
+        return beam_search(
+            self.stepper(src, src_lengths, repeat=beam_size),
+            self._bos(src),
+            beam_size,
+            max_len,
+            eos_id=c.eos_id,
+            pad_id=c.pad_id,
+            banned=self.banned_ids(),
+            length_penalty=length_penalty,
+            return_all=return_all,
         )
-        cache = self.new_cache()
-        # only beam 0 is live at the start, so the first step expands one hypothesis
-        scores = torch.full((b, k), -math.inf, dtype=memory.dtype, device=dev)
-        scores[:, 0] = 0.0
-        done = torch.zeros(b, k, dtype=torch.bool, device=dev)
-        lens = torch.zeros(b, k, dtype=torch.long, device=dev)
-        seqs = torch.empty(b, k, 0, dtype=torch.long, device=dev)
-        token = torch.full((b * k, 1), c.bos_id, dtype=torch.long, device=dev)
-        base = (torch.arange(b, device=dev) * k)[:, None]
-        for _ in range(max_len):
-            logp = self.next_token_logprobs(self.decode_step(token, memory, mask, cache)[:, -1])
-            logp = logp.view(b, k, -1)
-            v = logp.shape[-1]
-            # a finished hypothesis continues only with pad_id, at no cost
-            pad_only = torch.full_like(logp[0, 0], -math.inf)
-            pad_only[c.pad_id] = 0.0
-            logp = torch.where(done[..., None], pad_only, logp)
-            cand = (scores[..., None] + logp).view(b, k * v)
-            scores, idx = cand.topk(k, dim=-1)  # (B, K)
-            beam, tok = idx // v, idx % v
-            seqs = torch.cat(
-                [seqs.gather(1, beam[..., None].expand(-1, -1, seqs.shape[-1])), tok[..., None]],
-                dim=-1,
-            )
-            was_done = done.gather(1, beam)
-            lens = lens.gather(1, beam) + (~was_done).long()
-            # a slot with score -inf holds no hypothesis (fewer than K exist): count it as done
-            done = was_done | (tok == c.eos_id) | (scores == -math.inf)
-            cache.reorder((base + beam).view(-1))
-            if bool(done.all()):
-                break
-            token = tok.view(b * k, 1)
-        lens = lens.masked_fill(scores == -math.inf, 0)
-        norm = scores / lens.clamp_min(1).to(scores.dtype) ** float(length_penalty)
-        order = norm.argsort(dim=-1, descending=True, stable=True)  # (B, K)
-        norm, lens = norm.gather(1, order), lens.gather(1, order)
-        seqs = seqs.gather(1, order[..., None].expand(-1, -1, seqs.shape[-1]))
-        seqs = seqs.masked_fill(
-            torch.arange(seqs.shape[-1], device=dev) >= lens[..., None], c.pad_id
-        )
-        if return_all:
-            width = int(lens.max())
-            return seqs[..., :width], norm
-        width = int(lens[:, 0].max())
-        return seqs[:, 0, :width], norm[:, 0]
+
+
+class Seq2SeqStepper:
+    """One decoding session of a :class:`Seq2SeqTransformer` (a
+    :class:`~attnkit.models.decoding.Stepper`): the encoded memory (N, S, E), its mask and a
+    fresh decoder cache."""
+
+    def __init__(self, model: Seq2SeqTransformer, memory: Tensor, mask: Mask) -> None:
+        self.model, self.memory, self.mask = model, memory, mask
+        self.cache = model.new_cache()
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Next target tokens (N, T) -> logits (N, T, V)."""
+        return self.model.decode_step(tokens, self.memory, self.mask, self.cache)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` (N,) of the decoder cache."""
+        self.cache.reorder(index)
