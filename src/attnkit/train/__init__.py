@@ -1,0 +1,21 @@
+"""Training Transformers on tasks (copy, reverse, sort, lm, translate) built on
+:mod:`attnkit.nn` / :mod:`attnkit.models`.
+
+Files, in dependency order: ``data`` (reading files, synthetic tasks, the held-out split),
+``tokenizer`` (``tokenizers`` models trained on the split), ``config`` (:class:`TrainConfig`),
+``tasks`` (config -> ids and model), ``batches`` (length buckets as a function of seed and
+epoch), ``schedule`` (warm-up), ``state`` (optimiser and RNG state as tensors + JSON),
+``checkpoint`` (atomic directories, verification), ``session`` (what a checkpoint holds, loading
+it), ``metrics`` (exact match, BLEU/chrF, perplexity, decoding helpers), ``progress`` (the bar),
+``trainer`` (the loop).
+
+    from attnkit.train import TrainConfig, train, load
+    ckpt = train(TrainConfig(task="copy", max_steps=600), "runs/copy")
+    model = load(ckpt).model
+"""
+
+from attnkit.train.config import TrainConfig
+from attnkit.train.session import load
+from attnkit.train.trainer import train
+
+__all__ = ["TrainConfig", "load", "train"]

@@ -1,0 +1,162 @@
+"""Checkpoints: directories written atomically, verified when read.
+
+A run directory (``--out``) holds ``log.jsonl`` and checkpoints ``step-00000200/`` ... Each
+checkpoint holds:
+
+- ``model.safetensors``   the weights (safetensors; tied matrices stored once)
+- ``config.json``         format, model kind and config, training config, step
+- ``tokenizer.json``      the tokenizer (``tokenizers`` library)
+- ``state.safetensors``   optimiser tensors and the torch RNG state
+- ``state.json``          optimiser hyper-parameters, schedule step, data position, NumPy and
+                          Python RNG states
+- ``heldout.jsonl``, ``train_sample.jsonl``  the held-out split and a sample of training data
+- ``manifest.json``       SHA-256 of every file above, written last
+
+Writing: every file goes into a temporary directory beside the target (``.tmp-...``), is
+fsynced, then the directory is renamed to ``step-NNNNNNNN`` and the parent fsynced; only then
+are older checkpoints (beyond ``keep``) removed. A process killed at any moment therefore leaves
+the previous checkpoints complete; leftovers of an interrupted save are ignored and cleaned up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+__all__ = [
+    "FORMAT",
+    "CheckpointError",
+    "find_checkpoint",
+    "list_checkpoints",
+    "read_json",
+    "verify",
+    "write_checkpoint",
+]
+
+FORMAT = "attnkit-checkpoint/1"
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+class CheckpointError(ValueError):
+    """A path that is not a usable checkpoint; the message names the file."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _remove(path: Path, parent: Path) -> None:
+    """Rename ``path`` out of the way (atomic), then delete it."""
+    trash = parent / f".trash-{path.name}-{os.getpid()}"
+    os.rename(path, trash)
+    _fsync_dir(parent)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints (``step-*`` with a manifest) in ``run_dir``, oldest first."""
+    if not run_dir.is_dir():
+        return []
+    found = [
+        p for p in run_dir.iterdir() if STEP_DIR.match(p.name) and (p / "manifest.json").is_file()
+    ]
+    return sorted(found, key=lambda p: p.name)
+
+
+def write_checkpoint(run_dir: Path, step: int, files: dict[str, bytes], keep: int) -> Path:
+    """Write ``files`` (name -> content) as checkpoint ``run_dir/step-<step>`` atomically and
+    keep the last ``keep`` checkpoints. Returns the checkpoint's path."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in run_dir.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in run_dir.glob(".trash-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    final = run_dir / f"step-{step:08d}"
+    tmp = run_dir / f".tmp-{final.name}-{os.getpid()}"
+    tmp.mkdir()
+    manifest = {"format": FORMAT, "files": {}}
+    for name, data in files.items():
+        _write_bytes(tmp / name, data)
+        manifest["files"][name] = hashlib.sha256(data).hexdigest()
+    _write_bytes(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
+    _fsync_dir(tmp)
+    if final.exists():
+        _remove(final, run_dir)
+    os.rename(tmp, final)
+    _fsync_dir(run_dir)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        _remove(old, run_dir)
+    return final
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The checkpoint at ``path``: the directory itself when it is one, else the latest complete
+    checkpoint of a run directory. CheckpointError naming the path otherwise."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint or run directory")
+    if not path.is_dir():
+        raise CheckpointError(
+            f"{path}: not a checkpoint (expected a directory with manifest.json, config.json, "
+            "model.safetensors and tokenizer.json, or a run directory holding step-* checkpoints)"
+        )
+    if (path / "manifest.json").exists():
+        return path
+    found = list_checkpoints(path)
+    if not found:
+        raise CheckpointError(
+            f"{path}: not an attnkit checkpoint (no manifest.json) and no complete step-* "
+            "checkpoint inside"
+        )
+    return found[-1]
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``; CheckpointError naming the file otherwise."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: corrupted checkpoint file ({e})") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: corrupted checkpoint file (expected a JSON object)")
+    return obj
+
+
+def verify(ckpt: Path) -> dict:
+    """Check every file of checkpoint ``ckpt`` against its manifest; the manifest."""
+    manifest = read_json(ckpt / "manifest.json")
+    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(
+            f"{ckpt / 'manifest.json'}: not an attnkit checkpoint manifest (format "
+            f"{manifest.get('format')!r}, expected {FORMAT!r})"
+        )
+    for name, digest in manifest["files"].items():
+        f = ckpt / name
+        if not f.is_file():
+            raise CheckpointError(f"{f}: missing from the checkpoint")
+        if _sha256(f) != digest:
+            raise CheckpointError(f"{f}: corrupted checkpoint (SHA-256 differs from manifest.json)")
+    return manifest

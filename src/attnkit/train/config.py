@@ -1,0 +1,195 @@
+"""The configuration of a training run: one dataclass, saved as JSON with every checkpoint.
+
+Fields left at None take the task's default (:data:`TASK_DEFAULTS`) in :meth:`TrainConfig.resolved`.
+*Identity* fields (the task, data, tokenizer, model and optimiser) must match when a run resumes;
+*run* fields (:data:`RUN_FIELDS`: how long, how often to log, evaluate and save) may change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnkit.checks import (
+    choice,
+    finite_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
+
+__all__ = ["RUN_FIELDS", "TASKS", "TASK_DEFAULTS", "TrainConfig"]
+
+TASKS = ("copy", "reverse", "sort", "lm", "translate")
+
+RUN_FIELDS = frozenset(
+    {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
+)
+
+_SYNTHETIC = dict(
+    tokenizer="word",
+    d_model=64,
+    nhead=4,
+    layers=2,
+    dim_feedforward=256,
+    dropout=0.0,
+    batch_size=64,
+    warmup=100,
+    lr_factor=1.0,
+)
+TASK_DEFAULTS: dict[str, dict] = {
+    "copy": _SYNTHETIC,
+    "reverse": _SYNTHETIC,
+    "sort": _SYNTHETIC,
+    "translate": dict(
+        tokenizer="bpe",
+        d_model=128,
+        nhead=4,
+        layers=2,
+        dim_feedforward=512,
+        dropout=0.1,
+        batch_size=64,
+        warmup=400,
+        lr_factor=1.0,
+    ),
+    "lm": dict(
+        tokenizer="word",
+        d_model=128,
+        nhead=4,
+        layers=3,
+        dim_feedforward=512,
+        dropout=0.1,
+        batch_size=32,
+        warmup=200,
+        lr_factor=1.0,
+    ),
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (see the module docstring).
+
+    Data: ``task``; ``data`` (file, needed by lm and translate); ``seed`` (data, split, weights,
+    dropout); synthetic ``vocab`` symbols and lengths ``min_length..length`` (min_length None =
+    length), ``train_size`` examples; held-out ``valid_size`` examples (synthetic) or
+    ``valid_fraction`` of the lines (files); ``block_size`` tokens per lm example.
+    Tokeniser: ``tokenizer`` (word, char, bpe), ``vocab_size`` (bpe).
+    Model: ``d_model``, ``nhead``, ``layers`` (per stack), ``dim_feedforward``, ``dropout``.
+    Optimiser: AdamW (betas 0.9/0.98, eps 1e-9, ``weight_decay``); lr =
+    ``lr_factor`` · d_model^-0.5 · min(step^-0.5, step · ``warmup``^-1.5);
+    ``label_smoothing``; gradient norm clipped to ``clip`` (0 = off); ``batch_size`` sequences.
+    Run: ``max_steps``, ``max_minutes`` (None = no limit; at least one must be set), logging,
+    evaluation and checkpoint intervals in steps, ``keep`` last checkpoints, torch ``threads``
+    (None = torch's default).
+    """
+
+    task: str = "copy"
+    data: str | None = None
+    seed: int = 0
+    vocab: int = 10
+    length: int = 10
+    min_length: int | None = None
+    train_size: int = 20000
+    valid_size: int = 200
+    valid_fraction: float = 0.05
+    block_size: int = 64
+    tokenizer: str | None = None
+    vocab_size: int = 2000
+    d_model: int | None = None
+    nhead: int | None = None
+    layers: int | None = None
+    dim_feedforward: int | None = None
+    dropout: float | None = None
+    batch_size: int | None = None
+    warmup: int | None = None
+    lr_factor: float | None = None
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip: float = 1.0
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    log_every: int = 10
+    eval_every: int = 200
+    save_every: int = 200
+    keep: int = 3
+    threads: int | None = 1
+
+    def resolved(self) -> TrainConfig:
+        """A validated copy with the task's defaults filled in."""
+        c = dataclasses.replace(self)
+        choice("task", c.task, TASKS)
+        for k, v in TASK_DEFAULTS[c.task].items():
+            if getattr(c, k) is None:
+                setattr(c, k, v)
+        if c.min_length is None:
+            c.min_length = c.length
+        if c.data is not None:  # one spelling per file, whatever the working directory
+            c.data = str(Path(c.data).expanduser().resolve())
+        c.validate()
+        return c
+
+    def validate(self) -> None:
+        """Raise TypeError/ValueError naming the first bad field."""
+        choice("tokenizer", self.tokenizer, ("word", "char", "bpe"))
+        nonnegative_int("seed", self.seed)
+        for name in ("vocab", "length", "min_length", "train_size", "valid_size"):
+            positive_int(name, getattr(self, name))
+        if self.min_length > self.length:
+            raise ValueError(
+                f"min_length: expected at most length={self.length}, got {self.min_length}"
+            )
+        for name in ("block_size", "vocab_size", "d_model", "nhead", "layers"):
+            positive_int(name, getattr(self, name))
+        for name in ("dim_feedforward", "batch_size", "warmup", "log_every", "eval_every"):
+            positive_int(name, getattr(self, name))
+        positive_int("save_every", self.save_every)
+        positive_int("keep", self.keep)
+        if self.d_model % self.nhead:
+            raise ValueError(
+                f"d_model: expected a multiple of nhead={self.nhead}, got {self.d_model}"
+            )
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ValueError(
+                f"valid_fraction: expected a number in (0, 1), got {self.valid_fraction}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout: expected a number in [0, 1), got {self.dropout}")
+        probability("label_smoothing", self.label_smoothing)
+        positive_float("lr_factor", self.lr_factor)
+        finite_float("weight_decay", self.weight_decay)
+        finite_float("clip", self.clip)
+        if self.max_steps is not None:
+            positive_int("max_steps", self.max_steps)
+        if self.max_minutes is not None:
+            positive_float("max_minutes", self.max_minutes)
+        if self.threads is not None:
+            positive_int("threads", self.threads)
+        if self.task in ("lm", "translate") and self.data is None:
+            raise ValueError(f"data: the {self.task} task needs a data file (--data FILE)")
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> TrainConfig:
+        """From :meth:`to_dict`'s output; ValueError naming ``source`` for unknown fields."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"{source}: unknown training options {unknown}")
+        return cls(**d)
+
+    def identity_differences(self, other: TrainConfig) -> list[str]:
+        """``"name: a != b"`` for each identity field (not in RUN_FIELDS) that differs."""
+        out = []
+        for f in dataclasses.fields(self):
+            if f.name in RUN_FIELDS:
+                continue
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a != b:
+                out.append(f"{f.name}: {a!r} != {b!r}")
+        return out

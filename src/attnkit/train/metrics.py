@@ -1,0 +1,132 @@
+"""Evaluation: held-out loss, exact match (synthetic tasks), BLEU and chrF (sacrebleu, on
+detokenized text with its default 13a tokenizer), perplexity (lm); and the decoding helpers
+``translate`` and ``continue_text`` the CLI uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from attnkit.train import tokenizer as tk
+from attnkit.train.batches import batch_logits, pad
+from attnkit.train.tasks import lm_stream, lm_windows, seq2seq_example
+
+__all__ = [
+    "Scores",
+    "bleu_chrf",
+    "continue_text",
+    "exact_match",
+    "heldout_loss",
+    "perplexity",
+    "translate",
+]
+
+
+def _nll_sum(model, kind: str, batch: list) -> tuple[float, int]:
+    """(sum of token NLLs, number of target tokens) of one batch of examples."""
+    logits, y = batch_logits(model, kind, batch)
+    nll = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).double(),
+        y.reshape(-1),
+        ignore_index=tk.PAD,
+        reduction="sum",
+    )
+    return float(nll), int((y != tk.PAD).sum())
+
+
+@torch.no_grad()
+def heldout_loss(model, kind: str, examples: list, batch_size: int = 64) -> float:
+    """Mean NLL per target token (nats, no label smoothing) of ``examples`` (model in eval)."""
+    total, count = 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        s, n = _nll_sum(model, kind, examples[i : i + batch_size])
+        total, count = total + s, count + n
+    return total / max(count, 1)
+
+
+@torch.no_grad()
+def translate(
+    model,
+    tok: Tokenizer,
+    sources: list[str],
+    beam: int = 1,
+    length_penalty: float = 0.0,
+    max_len: int | None = None,
+    batch_size: int = 64,
+) -> list[str]:
+    """Detokenized outputs of a Seq2SeqTransformer for ``sources`` (greedy when beam == 1).
+    ``max_len`` defaults to 2 × the longest source + 10 tokens."""
+    out = []
+    for i in range(0, len(sources), batch_size):
+        chunk = [seq2seq_example(tok, s, "")[0] for s in sources[i : i + batch_size]]
+        src = pad(chunk)
+        limit = max_len or 2 * src.shape[1] + 10
+        if beam == 1:
+            ids = model.greedy_decode(src, max_len=limit)
+        else:
+            ids, _ = model.beam_search(src, beam, limit, length_penalty=length_penalty)
+        out += [tk.decode(tok, row.tolist()) for row in ids]
+    return out
+
+
+def exact_match(hyps: list[str], refs: list[str]) -> float:
+    """Fraction of outputs equal to their reference (after stripping spaces at both ends)."""
+    if len(hyps) != len(refs) or not refs:
+        raise ValueError(f"refs: expected {len(hyps)} references, got {len(refs)}")
+    return sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(refs)
+
+
+@dataclass
+class Scores:
+    """Corpus BLEU and chrF with their sacrebleu signatures."""
+
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+
+
+def bleu_chrf(hyps: list[str], refs: list[str]) -> Scores:
+    """sacrebleu corpus BLEU (default 13a tokenizer) and chrF on detokenized text."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    b = bleu.corpus_score(hyps, [refs])
+    c = chrf.corpus_score(hyps, [refs])
+    return Scores(b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature()))
+
+
+@torch.no_grad()
+def perplexity(model, tok: Tokenizer, lines: list[str], block: int) -> float:
+    """exp(mean NLL per token) of ``lines`` (joined by [EOS]) in windows of ``block`` tokens,
+    each window predicted from its own start (non-overlapping)."""
+    windows = lm_windows(lm_stream(tok, lines), block, block)
+    if not windows:
+        raise ValueError("lines: no tokens to score")
+    return math.exp(heldout_loss(model, "lm", [(w,) for w in windows]))
+
+
+@torch.no_grad()
+def continue_text(
+    model,
+    tok: Tokenizer,
+    prompt: str,
+    max_new_tokens: int = 20,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> str:
+    """The lm's continuation of ``prompt`` (detokenized, without the prompt)."""
+    ids = tk.encode(tok, prompt)
+    if not ids:
+        raise ValueError(f"prompt: {prompt!r} has no tokens")
+    gen = torch.Generator().manual_seed(seed)
+    out = model.generate(
+        torch.tensor([ids]), max_new_tokens, temperature=temperature, top_k=top_k, generator=gen
+    )
+    return tk.decode(tok, out[0].tolist())

@@ -1,0 +1,145 @@
+"""From a :class:`~attnkit.train.config.TrainConfig` to token ids: the split, the tokenizer
+trained on the training split, the training examples, and the model that fits the task.
+
+Sequence-to-sequence examples are (source ids + [EOS], [BOS] + target ids + [EOS]); lm examples
+are windows of ``block_size + 1`` ids from the training lines joined by [EOS] (stride
+``block_size // 2``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from attnkit.models.lm import LMConfig, TransformerLM
+from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.train import tokenizer as tk
+from attnkit.train.config import TrainConfig
+from attnkit.train.data import (
+    SYNTHETIC,
+    DataError,
+    read_pairs,
+    read_text_lines,
+    split_heldout,
+    synthetic_split,
+)
+
+__all__ = ["TaskData", "build_model", "lm_stream", "lm_windows", "prepare", "seq2seq_example"]
+
+SAMPLE = 200
+"""Training examples stored with a checkpoint, to measure how well the model fits its data."""
+
+
+@dataclass
+class TaskData:
+    """A task ready to train: ``examples`` (lists of ids: (src, tgt) pairs or (window,)),
+    ``heldout`` and ``train_sample`` as text (pairs for seq2seq, lines for lm)."""
+
+    kind: str  # "seq2seq" or "lm"
+    tokenizer: Tokenizer
+    examples: list[tuple[list[int], ...]]
+    heldout: list
+    train_sample: list
+
+
+def seq2seq_example(tok: Tokenizer, src: str, tgt: str) -> tuple[list[int], list[int]]:
+    """(source ids + [EOS], [BOS] + target ids + [EOS])."""
+    return tk.encode(tok, src) + [tk.EOS], [tk.BOS] + tk.encode(tok, tgt) + [tk.EOS]
+
+
+def lm_stream(tok: Tokenizer, lines: list[str]) -> list[int]:
+    """The ids of ``lines``, each followed by [EOS]."""
+    out: list[int] = []
+    for line in lines:
+        out += tk.encode(tok, line) + [tk.EOS]
+    return out
+
+
+def lm_windows(stream: list[int], block: int, stride: int) -> list[list[int]]:
+    """Windows of block + 1 ids (input = window[:-1], target = window[1:]) every ``stride``
+    ids; the last window is shorter when the stream does not fill it."""
+    if len(stream) < 2:
+        return []
+    starts = range(0, max(len(stream) - block, 1), stride)
+    return [stream[s : s + block + 1] for s in starts]
+
+
+def _sample(items: list, n: int, seed: int) -> list:
+    rng = np.random.default_rng([seed, 0x5A3])
+    idx = np.sort(rng.permutation(len(items))[: min(n, len(items))])
+    return [items[i] for i in idx]
+
+
+def _split_file(items: list, c: TrainConfig, what: str, key=None) -> tuple[list, list]:
+    """(training, held-out) items; with ``key``, items of equal key (e.g. one source sentence
+    with several translations) fall on the same side, so no held-out source is trained on."""
+    keys = list(dict.fromkeys(items if key is None else map(key, items)))
+    if len(keys) < 2:
+        raise DataError(
+            f"{c.data}: {len(keys)} distinct {what}; a training and a held-out split need at "
+            "least 2"
+        )
+    held_idx = split_heldout(len(keys), c.valid_fraction, c.seed).tolist()
+    held_keys = {keys[i] for i in held_idx}
+    side = [(x if key is None else key(x)) in held_keys for x in items]
+    return [x for x, h in zip(items, side) if not h], [x for x, h in zip(items, side) if h]
+
+
+def prepare(c: TrainConfig, tokenizer: Tokenizer | None = None) -> TaskData:
+    """Read or generate the data of a resolved config, split it, train the tokenizer on the
+    training split (unless ``tokenizer`` is given: a resumed run keeps its own) and encode the
+    training examples. DataError for unusable data."""
+    if c.task in SYNTHETIC:
+        train, held = synthetic_split(
+            c.task, c.train_size, c.valid_size, c.vocab, c.min_length, c.length, c.seed
+        )
+    elif c.task == "translate":
+        train, held = _split_file(read_pairs(c.data), c, "sources", key=lambda p: p[0])
+    else:
+        train, held = _split_file(read_text_lines(c.data), c, "non-blank lines")
+    if c.task == "lm":
+        tok = tokenizer or tk.train(train, c.tokenizer, c.vocab_size)
+        stream = lm_stream(tok, train)
+        examples = [(w,) for w in lm_windows(stream, c.block_size, max(c.block_size // 2, 1))]
+        if not examples:
+            raise DataError(f"{c.data}: the training split has fewer than 2 tokens")
+        return TaskData("lm", tok, examples, held, _sample(train, SAMPLE, c.seed))
+    texts = [s for pair in train for s in pair]
+    tok = tokenizer or tk.train(texts, c.tokenizer, c.vocab_size, symbols=c.task in SYNTHETIC)
+    examples = [seq2seq_example(tok, s, t) for s, t in train]
+    return TaskData("seq2seq", tok, examples, held, _sample(train, SAMPLE, c.seed))
+
+
+def model_config(c: TrainConfig, kind: str, vocab_size: int, max_len: int) -> dict:
+    """The model's config (as a dict) for a resolved training config."""
+    common = dict(
+        d_model=c.d_model,
+        nhead=c.nhead,
+        dim_feedforward=c.dim_feedforward,
+        dropout=c.dropout,
+        max_len=max_len,
+        pad_id=tk.PAD,
+        bos_id=tk.BOS,
+        eos_id=tk.EOS,
+    )
+    if kind == "lm":
+        return dict(vocab_size=vocab_size, num_layers=c.layers, **common)
+    return dict(
+        src_vocab_size=vocab_size,
+        tgt_vocab_size=vocab_size,
+        num_encoder_layers=c.layers,
+        num_decoder_layers=c.layers,
+        tie_embeddings="all",
+        norm_first=True,
+        **common,
+    )
+
+
+def build_model(kind: str, config: dict) -> torch.nn.Module:
+    """A TransformerLM (kind "lm") or Seq2SeqTransformer from its config dict."""
+    if kind == "lm":
+        return TransformerLM(LMConfig(**config))
+    return Seq2SeqTransformer(Seq2SeqConfig(**config))

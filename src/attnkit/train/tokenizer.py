@@ -1,0 +1,85 @@
+"""Tokenisers from the ``tokenizers`` library, trained on the training split and saved with a
+checkpoint as ``tokenizer.json``.
+
+Kinds: ``word`` (word level; lower-cased words and punctuation for text, the symbols themselves
+for the synthetic tasks), ``char`` (one token per character) and ``bpe`` (byte-level BPE, which
+decodes back to the exact text). The special tokens come first, with fixed ids:
+``[PAD]`` = 0, ``[BOS]`` = 1, ``[EOS]`` = 2, ``[UNK]`` = 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+__all__ = ["BOS", "EOS", "KINDS", "PAD", "SPECIALS", "UNK", "decode", "encode", "load", "train"]
+
+KINDS = ("word", "char", "bpe")
+SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+PAD, BOS, EOS, UNK = range(4)
+
+
+def train(
+    texts: Iterable[str], kind: str, vocab_size: int = 2000, symbols: bool = False
+) -> Tokenizer:
+    """A tokenizer of ``kind`` trained on ``texts``. ``symbols``: the texts are space-separated
+    symbols (synthetic tasks): split on whitespace only, keep case. ``vocab_size`` bounds the
+    BPE vocabulary (word and char keep every item seen)."""
+    texts = list(texts)
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    elif kind == "char":
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+        tok.decoder = decoders.Fuse()
+        trainer = trainers.WordLevelTrainer(special_tokens=SPECIALS, show_progress=False)
+    elif kind == "word":
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        if symbols:
+            tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        else:
+            tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+            tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        trainer = trainers.WordLevelTrainer(special_tokens=SPECIALS, show_progress=False)
+    else:
+        raise ValueError(f"tokenizer: expected one of {KINDS}, got {kind!r}")
+    tok.train_from_iterator(texts, trainer=trainer)
+    for i, name in enumerate(SPECIALS):
+        if tok.token_to_id(name) != i:  # pragma: no cover - the trainers put specials first
+            raise RuntimeError(f"tokenizer: special token {name} did not get id {i}")
+    return tok
+
+
+def load(path: str | Path) -> Tokenizer:
+    """A tokenizer from ``tokenizer.json``; ValueError naming the file when it is not one."""
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # the library raises a plain Exception for bad JSON
+        raise ValueError(f"{path}: not a valid tokenizer.json ({' '.join(str(e).split())})") from e
+
+
+def encode(tok: Tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` (no bos/eos)."""
+    return tok.encode(text, add_special_tokens=False).ids
+
+
+def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
+    """Text of ``ids``, stopping at the first eos; pad/bos are dropped."""
+    keep = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        if i not in (PAD, BOS):
+            keep.append(i)
+    return tok.decode(keep, skip_special_tokens=False).strip()

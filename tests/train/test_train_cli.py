@@ -1,0 +1,207 @@
+"""attnkit train / evaluate / translate / generate: --help with examples, the built-in default,
+the metric=value last line, sacrebleu's signature on eng-fra-5k, one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.explain.shared import shared_dir
+
+ENG_FRA = shared_dir() / "data" / "eng-fra-5k.tsv"
+TINY_ARGS = [
+    "--d-model",
+    "16",
+    "--nhead",
+    "2",
+    "--layers",
+    "1",
+    "--dim-feedforward",
+    "32",
+    "--batch-size",
+    "16",
+    "--no-progress",
+]
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("verb", ["train", "evaluate", "translate", "generate"])
+def test_help_has_an_example(capsys, verb):
+    code, out, _ = run(capsys, verb, "--help")
+    assert code == 0
+    assert "examples:" in out and f"attnkit {verb} " in out.split("examples:")[1]
+
+
+def test_top_level_help_lists_the_verbs(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for verb in ("train", "evaluate", "translate", "generate"):
+        assert f"attnkit {verb}" in out
+
+
+def test_default_train_then_evaluate_and_translate(capsys, tmp_path):
+    out_dir = tmp_path / "copy"
+    code, out, err = run(
+        capsys,
+        "train",
+        "--out",
+        out_dir,
+        "--max-steps",
+        "3",
+        "--train-size",
+        "300",
+        "--valid-size",
+        "20",
+        *TINY_ARGS,
+    )
+    assert code == 0, err
+    assert "no --task given: training the built-in copy task (vocabulary 10, length 10" in out
+    assert (out_dir / "step-00000003" / "model.safetensors").is_file()
+    code, out, err = run(capsys, "evaluate", "--ckpt", out_dir, "--n", "12")
+    assert code == 0, err
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("exact_match=") and 0.0 <= float(last.split("=")[1]) <= 1.0
+    assert "12 examples" in out
+    code, out, err = run(capsys, "translate", "--ckpt", out_dir, "1 2 3", "4 5", "--beam", "2")
+    assert code == 0, err
+    assert len(out.splitlines()) == 2  # one line per sentence (an untrained model may say "")
+    code, _, err = run(capsys, "generate", "--ckpt", out_dir, "--prompt", "1 2")
+    assert code == 2 and "encoder-decoder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_lm_train_evaluate_generate(capsys, tmp_path, rhyme_file):
+    out_dir = tmp_path / "lm"
+    code, _, err = run(
+        capsys,
+        "train",
+        "--task",
+        "lm",
+        "--data",
+        rhyme_file,
+        "--out",
+        out_dir,
+        "--max-steps",
+        "3",
+        "--block-size",
+        "8",
+        "--valid-fraction",
+        "0.25",
+        *TINY_ARGS,
+    )
+    assert code == 0, err
+    code, out, err = run(capsys, "evaluate", "--ckpt", out_dir)
+    assert code == 0, err
+    assert out.strip().splitlines()[-1].startswith("perplexity=")
+    code, out, err = run(
+        capsys,
+        "generate",
+        "--ckpt",
+        out_dir,
+        "--prompt",
+        "humpty dumpty sat on",
+        "--max-new-tokens",
+        "4",
+    )
+    assert code == 0, err
+    assert out.startswith("humpty dumpty sat on")
+    code, out, err = run(
+        capsys,
+        "generate",
+        "--ckpt",
+        out_dir,
+        "--prompt",
+        "humpty",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "3",
+        "--seed",
+        "1",
+    )
+    assert code == 0, err
+    code, _, err = run(capsys, "translate", "--ckpt", out_dir, "humpty")
+    assert code == 2 and "language model" in err
+
+
+@pytest.mark.skipif(not ENG_FRA.is_file(), reason=f"{ENG_FRA} is absent (shared test data)")
+def test_translate_eng_fra_prints_sacrebleu_signatures(capsys, tmp_path):
+    out_dir = tmp_path / "fra"
+    code, _, err = run(
+        capsys,
+        "train",
+        "--task",
+        "translate",
+        "--data",
+        ENG_FRA,
+        "--out",
+        out_dir,
+        "--max-steps",
+        "2",
+        "--vocab-size",
+        "300",
+        *TINY_ARGS,
+    )
+    assert code == 0, err
+    heldout = [json.loads(s) for s in (out_dir / "step-00000002" / "heldout.jsonl").open()]
+    sample = [json.loads(s) for s in (out_dir / "step-00000002" / "train_sample.jsonl").open()]
+    assert 200 <= len(heldout) <= 300  # 5 % of the 5,000 pairs' distinct sources
+    assert len(sample) == 200 and not {s for s, _ in heldout} & {s for s, _ in sample}
+    code, out, err = run(capsys, "evaluate", "--ckpt", out_dir, "--n", "10", "--beam", "2")
+    assert code == 0, err
+    assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in out
+    assert "chrF" in out and "nc:6|nw:0|space:no|version:" in out
+    assert out.strip().splitlines()[-1].startswith("bleu=")
+    code, out, err = run(
+        capsys,
+        "translate",
+        "--ckpt",
+        out_dir,
+        "I am tired.",
+        "--beam",
+        "4",
+        "--length-penalty",
+        "0.6",
+    )
+    assert code == 0, err
+    assert len(out.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["evaluate", "--ckpt", "{tmp}/missing"], "missing: no such checkpoint"),
+        (["evaluate", "--ckpt", "{tmp}"], "not an attnkit checkpoint"),
+        (
+            ["train", "--task", "translate", "--data", "{tmp}/notab.tsv", "--out", "{tmp}/o"],
+            "notab.tsv:2: expected 'source<TAB>target'",
+        ),
+        (
+            ["train", "--task", "lm", "--data", "{tmp}/latin1.txt", "--out", "{tmp}/o"],
+            "latin1.txt:2: not UTF-8",
+        ),
+        (["train", "--task", "lm", "--out", "{tmp}/o"], "--data: the lm task needs a data file"),
+        (["train", "--d-model", "0", "--out", "{tmp}/o"], "--d-model: expected a positive int"),
+        (
+            ["train", "--task", "translate", "--data", "{tmp}/empty.tsv", "--out", "{tmp}/o"],
+            "empty.tsv: the file is empty",
+        ),
+        (["train", "--resume", "{tmp}", "--out", "{tmp}/o"], "not an attnkit checkpoint"),
+        (["translate", "--ckpt", "{tmp}", "x", "--beam", "0"], "--beam: expected a positive"),
+    ],
+)
+def test_errors_are_one_line_exit_2(capsys, tmp_path, argv, match):
+    (tmp_path / "notab.tsv").write_text("a\tb\nno tab\n")
+    (tmp_path / "latin1.txt").write_bytes("ok\ncaf\xe9\n".encode("latin-1"))
+    (tmp_path / "empty.tsv").write_text("")
+    code, out, err = run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and match in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "o").exists()
