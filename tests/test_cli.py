@@ -16,8 +16,9 @@ import pytest
 from attnkit import cli
 from attnkit import explain as ex
 from attnkit.cli import bench as bench_verb
+from attnkit.explain.shared import shared_dir
 
-SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
+SEEDS = shared_dir() / "seeds"
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -53,7 +54,7 @@ def test_help_lists_every_verb_with_an_example(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0
     verbs = cli.build_parser()._subparsers._group_actions[0].choices
-    assert set(verbs) == {"explain", "bench"}
+    assert set(verbs) == set(cli.VERBS) and {"explain", "info", "bench"} <= set(verbs)
     for verb in verbs:
         assert f"attnkit {verb}" in out.split("verbs and examples:")[1]
 
@@ -241,3 +242,108 @@ def test_find_bench_script_in_checkout():
         assert found == repo / "benchmarks" / "run.py"
     else:
         assert found is None or found.name == "run.py"
+
+
+# ---------------------------------------------------------------------------------------------
+# user errors: one line on stderr, exit code 2, never a traceback
+# ---------------------------------------------------------------------------------------------
+TINY_CONFIG = {"vocab_size": 23, "hidden_size": 8, "num_hidden_layers": 2,
+               "num_attention_heads": 2, "intermediate_size": 12,
+               "max_position_embeddings": 16}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bad_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Directories a user could pass: seeds with a directory where a seed file should be,
+    non-UTF-8 seeds, model directories with a garbage config / a truncated weights file."""
+    root = tmp_path_factory.mktemp("bad")
+    dirs = {name: root / name for name in ("seed_dir", "seed_bytes", "cfg", "weights", "empty")}
+    for d in dirs.values():
+        d.mkdir()
+    (dirs["seed_dir"] / "004_additive.txt").mkdir()
+    (dirs["seed_bytes"] / "004_additive.txt").write_bytes(b"Q = [1, 0]\n\xff\xfe\n")
+    (dirs["cfg"] / "config.json").write_bytes(b"{")
+    (dirs["weights"] / "config.json").write_text(json.dumps(TINY_CONFIG))
+    (dirs["weights"] / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    return dirs
+
+
+# (argv with {name} standing for bad_dirs[name], words the message must contain)
+BAD_INPUTS = [
+    (["explain", ""], "sentence is empty"),
+    (["explain", "  ", " "], "sentence is empty"),
+    (["explain", "--example", "seed004", "--seeds", "{seed_dir}"], "004_additive.txt"),
+    (["explain", "--example", "seed004", "--seeds", "{seed_bytes}"], "not UTF-8"),
+    (["explain", "--word", "zz"], "--word: 'zz' is not a word"),
+    (["explain", "--d-model", "0"], "--d-model: expected an int in [1, 2048], got 0"),
+    (["explain", "--d-model", "1e3"], "argument --d-model: expected an integer, got '1e3'"),
+    (["explain", "--seed", "-2"], "--seed"),
+    (["explain", "a " * 600], "SENTENCE: expected at most 512 words"),
+    (["explain", "--bogus\x1b[31m"], "--bogus\\x1b[31m"),
+    (["explain", "x", "--model", "{empty}", "--word", "x"], "config.json: file not found"),
+    (["explain", "x", "--model", "{cfg}", "--word", "x"], "config.json: not valid JSON"),
+    (["explain", "x", "--model", "{weights}", "--word", "x"], "not a valid safetensors file"),
+    (["explain", "x", "--model", "/nonexistent/model", "--word", "x"], "--model: "),
+    (["explain", "x", "--model", "default"], "--word is required"),
+    (["explain", "--example", "seed004", "--word", "on"], "--word cannot be used"),
+    (["nosuchverb"], "invalid choice"),
+    (["info", "--json", "extra"], "unrecognized arguments"),
+]
+
+
+def _argv(argv: list[str], dirs: dict[str, Path]) -> list[str]:
+    return [a.format(**{k: str(v) for k, v in dirs.items()}) if "{" in a else a for a in argv]
+
+
+def _one_line_error(code: int, out: str, err: str, words: str) -> None:
+    assert code == 2, err
+    assert out == ""
+    assert "Traceback" not in err and err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("attnkit"), err
+    assert words in err, err
+    assert "\x1b" not in err
+
+
+@pytest.mark.parametrize("argv, words", BAD_INPUTS, ids=[" ".join(a)[:40] for a, _ in BAD_INPUTS])
+def test_bad_input_in_process(capsys, bad_dirs, argv, words):
+    _one_line_error(*run(capsys, *_argv(argv, bad_dirs)), words)
+
+
+# a few of the same as `python -m attnkit` (each subprocess costs about a second)
+SUBPROCESS_CASES = [BAD_INPUTS[i] for i in (0, 2, 9, 12)]
+
+
+@pytest.mark.parametrize(
+    "argv, words", SUBPROCESS_CASES, ids=[a[-1][:20] for a, _ in SUBPROCESS_CASES]
+)
+def test_bad_input_as_python_m_attnkit(bad_dirs, argv, words):
+    r = subprocess.run(
+        [sys.executable, "-m", "attnkit", *_argv(argv, bad_dirs)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    _one_line_error(r.returncode, r.stdout, r.stderr, words)
+
+
+def test_non_utf8_argument_is_shown_escaped(bad_dirs):
+    # an undecodable byte in argv reaches Python as a lone surrogate; it must not crash printing
+    word = b"\xff".decode("utf-8", "surrogateescape")
+    r = subprocess.run(
+        [sys.executable, "-m", "attnkit", "explain", "--word", word],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    err = r.stderr.decode("utf-8")
+    assert r.returncode == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "\\udcff" in err
+
+
+def test_internal_error_says_so_and_where_to_report(capsys, monkeypatch):
+    from attnkit.cli import info
+
+    def boom(ns):
+        raise RuntimeError("something\nbroke")
+
+    monkeypatch.setattr(info, "run", boom)
+    code, out, err = run(capsys, "info")
+    assert code == 1 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "internal error (RuntimeError: something broke)" in err
+    assert "report it" in err and "attnkit info" in err

@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-from attnkit.cli.common import PROG, UsageError
+from attnkit.cli.common import PROG, ArgumentParser, UsageError, one_line
 
 __all__ = ["VERBS", "build_parser", "main"]
 
-VERBS = ("explain", "bench")
+VERBS = ("explain", "view", "info", "train", "evaluate", "translate", "generate", "bench")
 """The verb modules of this package, in the order ``--help`` lists them."""
 
-REPORT = "please report it at the attnkit issue tracker with the command you ran"
+REPORT = (
+    "this is a bug in attnkit, not a problem with your input: please report it in the attnkit "
+    "issue tracker with the command you ran and the output of 'attnkit info' (run with "
+    "ATTNKIT_TRACEBACK=1 to print the traceback)"
+)
 
 
 def _verbs() -> list[ModuleType]:
@@ -39,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = _verbs()
     epilog = "verbs and examples:\n" + "".join(m.EXAMPLES for m in verbs)
     epilog += '\nrun "attnkit VERB --help" for every option of a verb.\n'
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         description="attnkit: attention, exact and fast.",
         epilog=epilog,
@@ -52,38 +58,75 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
-    return " ".join(text.split())
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean a user mistake or a bad file: one line, exit code 2. The library
+    turns file-format errors into ValueError naming the file; safetensors' own error type is
+    listed in case one slips through."""
+    errors: tuple[type[BaseException], ...] = (UsageError, ValueError, TypeError, OSError)
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - safetensors is a dependency
+        return errors
+    return (*errors, SafetensorError)
+
+
+def _error(verb: str | None, e: BaseException) -> str:
+    """``attnkit VERB: error: MESSAGE`` on one line."""
+    msg = one_line(str(e) or type(e).__name__)
+    if verb and msg.startswith(f"{verb}:"):
+        msg = msg[len(verb) + 1 :].lstrip()
+    return f"{PROG} {verb}: error: {msg}" if verb else f"{PROG}: error: {msg}"
+
+
+def _run(argv: list[str]) -> int:
+    for m in _verbs():
+        if getattr(m, "PASSTHROUGH", False) and argv and argv[0] == m.NAME:
+            return m.run_raw(argv[1:])
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.verb is None:
+        parser.print_help()
+        return 2
+    return importlib.import_module(f"attnkit.cli.{ns.verb}").run(ns)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (``python -m attnkit`` exits with it)."""
+    """Run the command line; returns the exit code (``python -m attnkit`` exits with it).
+
+    Never lets a traceback reach the user: a user mistake (bad usage, a missing, unreadable or
+    corrupt file, a bad value; ValueError, TypeError, OSError) is one line on stderr and exit
+    code 2; anything else is one line that says it is an internal error and how to report it,
+    exit code 1."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    verb = argv[0] if argv and argv[0] in VERBS else None
     try:
-        for m in _verbs():
-            if getattr(m, "PASSTHROUGH", False) and argv and argv[0] == m.NAME:
-                return m.run_raw(argv[1:])
-        parser = build_parser()
-        ns = parser.parse_args(argv)
-        if ns.verb is None:
-            parser.print_help()
-            return 2
-        return importlib.import_module(f"attnkit.cli.{ns.verb}").run(ns)
+        return _run(argv)
     except SystemExit as e:  # argparse: --help, --version, usage errors
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except UsageError as e:
-        print(f"{PROG} {_one_line(e)}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError, OSError, UnicodeError) as e:
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (attnkit ... | head): stop quietly
+        _silence_stdout()
+        return 1
+    except _expected_errors() as e:
+        print(_error(verb, e), file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: never a traceback
+        if os.environ.get("ATTNKIT_TRACEBACK") == "1":
+            traceback.print_exc()
+        where = f"{PROG} {verb}" if verb else PROG
         print(
-            f"{PROG}: internal error ({type(e).__name__}: {_one_line(e)}); {REPORT}",
+            f"{where}: internal error ({type(e).__name__}: {one_line(e)}); {REPORT}",
             file=sys.stderr,
         )
         return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

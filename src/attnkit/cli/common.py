@@ -1,12 +1,29 @@
-"""Helpers shared by the verbs of the command line: the usage error, output, argument types."""
+"""Helpers shared by the verbs of the command line: the usage error, the argument parser,
+option names in library errors, output, argument types."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
 import sys
+from collections.abc import Iterator, Mapping
+from typing import NoReturn
 
-__all__ = ["PROG", "UsageError", "console", "int_in", "print_json"]
+from attnkit.terminal import printable
+
+__all__ = [
+    "PROG",
+    "ArgumentParser",
+    "UsageError",
+    "console",
+    "int_arg",
+    "int_in",
+    "one_line",
+    "option_names",
+    "print_json",
+]
 
 PROG = "attnkit"
 
@@ -15,26 +32,73 @@ class UsageError(Exception):
     """A one-line message for stderr and exit code 2 (raised by verbs for user mistakes)."""
 
 
+def one_line(message: object) -> str:
+    """``message`` on one line: whitespace runs collapsed, control characters escaped."""
+    return printable(" ".join(str(message).split()))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line on stderr (exit code 2), with the
+    offending text shown escaped; ``--help`` still prints the full usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def console():
-    """A rich console on stdout (no syntax highlighting of numbers or words)."""
+    """A rich console on stdout (no syntax highlighting of numbers or words). Untrusted text
+    goes through :mod:`attnkit.terminal` before it reaches it."""
     from rich.console import Console
 
     return Console(file=sys.stdout, highlight=False)
 
 
+# JSON strings may hold C1 controls, DEL, bidi overrides and separators unescaped when
+# ensure_ascii is off; escape them too (they can only occur inside strings).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
 def print_json(obj: dict) -> None:
-    """One JSON object on one line of stdout (NaN/inf refused: they are not JSON)."""
-    sys.stdout.write(json.dumps(obj, allow_nan=False, ensure_ascii=False) + "\n")
+    """One JSON object on one line of stdout (NaN/inf refused: they are not JSON); every
+    terminal control character inside a string is written as a ``\\uXXXX`` escape."""
+    text = json.dumps(obj, allow_nan=False, ensure_ascii=False)
+    text = _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    sys.stdout.write(text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
+
+
+@contextlib.contextmanager
+def option_names(names: Mapping[str, str]) -> Iterator[None]:
+    """Inside the block, a library ValueError / TypeError / OSError whose message starts with an
+    argument name from ``names`` becomes a :class:`UsageError` naming the command-line option
+    instead (``"d_model: expected ..."`` -> ``"--d-model: expected ..."``). The library does
+    the checking; the CLI only translates the names."""
+    try:
+        yield
+    except (ValueError, TypeError, OSError) as e:
+        head, sep, rest = str(e).partition(":")
+        if sep and head in names:
+            raise UsageError(f"{names[head]}:{rest}") from e
+        raise
+
+
+def int_arg(name: str):
+    """An argparse ``type=`` that parses an int (range checks are the library's)."""
+
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+    parse.__name__ = name
+    return parse
 
 
 def int_in(name: str, low: int, high: int | None = None):
     """An argparse ``type=`` that accepts an int in [low, high] (high None = no upper bound)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        value = int_arg(name)(text)
         if value < low or (high is not None and value > high):
             want = f">= {low}" if high is None else f"in [{low}, {high}]"
             raise argparse.ArgumentTypeError(f"expected an integer {want}, got {value}")

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from attnkit import explain as ex
-from attnkit.cli.common import UsageError, console, int_in, print_json
+from attnkit.cli import explain_png
+from attnkit.cli.common import UsageError, console, int_arg, option_names, print_json
 
 NAME = "explain"
 EXAMPLES = """\
@@ -70,26 +71,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--d-model",
         metavar="N",
-        type=int_in("d_model", 1, ex.MAX_D_MODEL),
+        type=int_arg("d_model"),
         default=ex.DEFAULT_D_MODEL,
         help=f"embedding width (default {ex.DEFAULT_D_MODEL}, as in seed 000)",
     )
     p.add_argument(
         "--d-k",
         metavar="N",
-        type=int_in("d_k", 1, ex.MAX_D_MODEL),
+        type=int_arg("d_k"),
         help="query/key width (default: d_model, seed 000's 512 × 512 projections)",
     )
     p.add_argument(
         "--d-v",
         metavar="N",
-        type=int_in("d_v", 1, ex.MAX_D_MODEL),
+        type=int_arg("d_v"),
         help="value width (default: d_k)",
     )
     p.add_argument(
         "--seed",
         metavar="N",
-        type=int_in("seed", 0),
+        type=int_arg("seed"),
         default=ex.DEFAULT_SEED,
         help=f"seed of numpy.random.default_rng for X and the W's (default {ex.DEFAULT_SEED})",
     )
@@ -113,7 +114,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--top-k",
         metavar="N",
-        type=int_in("top_k", 1),
+        type=int_arg("top_k"),
         default=3,
         help="with --model: how many most-attended tokens per head (default 3)",
     )
@@ -128,46 +129,59 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --json: every value (default: wide axes cut to their first 8 entries)",
     )
+    explain_png.add_option(p)  # --png (attnkit.cli.explain_png)
+
+
+OPTION_NAMES = {
+    "sentence": "SENTENCE",
+    "text": "SENTENCE",
+    "word": "--word",
+    "d_model": "--d-model",
+    "d_k": "--d-k",
+    "d_v": "--d-v",
+    "seed": "--seed",
+    "example": "--example",
+    "seeds_dir": "--seeds",
+    "model": "--model",
+    "path": "--model",
+    "top_k": "--top-k",
+}
+"""Library argument names -> this verb's options, for error messages (the library checks)."""
+
+
+def _sentence(ns: argparse.Namespace) -> str | None:
+    """The SENTENCE words joined by spaces; None when none was given; UsageError when it was
+    given but is empty (``attnkit explain ""``)."""
+    if not ns.sentence:
+        return None
+    sentence = " ".join(ns.sentence).strip()
+    if not sentence:
+        raise UsageError(
+            "SENTENCE: the sentence is empty; give some words, or leave it out "
+            f'for the default "{ex.DEFAULT_SENTENCE}"'
+        )
+    return sentence
 
 
 def run(ns: argparse.Namespace) -> int:
     """Run the verb on parsed arguments; the exit code."""
-    sentence = " ".join(ns.sentence).strip()
-    if ns.model is not None:
+    sentence = _sentence(ns)
+    with option_names(OPTION_NAMES):
+        if ns.png is not None:  # --png: the heatmap first, then the usual output
+            explain_png.write(ns, sentence)
+        if ns.model is not None:
+            if ns.example is not None:
+                raise UsageError("--model and --example cannot be combined")
+            return _explain_model(ns, sentence)
         if ns.example is not None:
-            raise UsageError("explain: --model and --example cannot be combined")
-        return _explain_model(ns, sentence)
-    if ns.example is not None:
-        given = [
-            name
-            for name, value in (
-                ("SENTENCE", sentence),
-                ("--word", ns.word),
-                ("--d-k", ns.d_k),
-                ("--d-v", ns.d_v),
-            )
-            if value
-        ]
-        if given:
-            raise UsageError(f"explain --example: {', '.join(given)} cannot be used with it")
-        result = ex.seed_example(ns.example, ns.seeds)
-        if ns.json:
-            print_json(ex.example_to_dict(result))
-        else:
-            ex.render_example(result, console())
-        return 0
-    sentence = sentence or ex.DEFAULT_SENTENCE
-    words = sentence.split()
-    if len(words) > ex.MAX_WORDS:
-        raise UsageError(
-            f"explain: SENTENCE: expected at most {ex.MAX_WORDS} words, got {len(words)}"
-        )
-    if ns.word is not None and ns.word not in words:
-        raise UsageError(
-            f"explain: --word {ns.word!r} is not a word of the sentence; the words are: "
-            f"{', '.join(words)}"
-        )
-    w = ex.walkthrough(sentence, ns.word, ns.d_model, ns.d_k, ns.d_v, ns.seed)
+            return _explain_example(ns, sentence)
+        return _explain_walkthrough(ns, sentence)
+
+
+def _explain_walkthrough(ns: argparse.Namespace, sentence: str | None) -> int:
+    w = ex.walkthrough(
+        sentence or ex.DEFAULT_SENTENCE, ns.word, ns.d_model, ns.d_k, ns.d_v, ns.seed
+    )
     if ns.json:
         print_json(ex.walkthrough_to_dict(w, full=ns.full))
     else:
@@ -175,27 +189,45 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _explain_model(ns: argparse.Namespace, sentence: str) -> int:
-    if not sentence:
-        raise UsageError("explain --model: give the SENTENCE to run through the model")
+def _explain_example(ns: argparse.Namespace, sentence: str | None) -> int:
+    given = [
+        name
+        for name, value in (
+            ("SENTENCE", sentence),
+            ("--word", ns.word),
+            ("--d-k", ns.d_k),
+            ("--d-v", ns.d_v),
+        )
+        if value is not None
+    ]
+    if given:
+        raise UsageError(f"--example: {', '.join(given)} cannot be used with it")
+    result = ex.seed_example(ns.example, ns.seeds)
+    if ns.json:
+        print_json(ex.example_to_dict(result))
+    else:
+        ex.render_example(result, console())
+    return 0
+
+
+def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
+    if sentence is None:
+        raise UsageError("--model: give the SENTENCE to run through the model")
     if ns.word is None:
-        raise UsageError("explain --model: --word is required (the token whose attention to show)")
+        raise UsageError("--model: --word is required (the token whose attention to show)")
     try:
-        from attnkit.models import default_model_path
+        from attnkit.explain.model_attention import model_attention_report
+        from attnkit.explain.render import render_model_attention
         from attnkit.models.bert import BertModel
-        from attnkit.viz.model_attention import model_attention_report, render_model_attention
+        from attnkit.models.hub import resolve_model_path
     except ImportError as e:
         raise UsageError(
-            f"explain --model: the model support is not available in this installation ({e})"
+            f"--model: the model support is not available in this installation ({e})"
         ) from e
-    try:
-        path = default_model_path() if ns.model == "default" else Path(ns.model).expanduser()
-        model = BertModel.from_pretrained(path)
-        report = model_attention_report(
-            model, sentence, ns.word, top_k=ns.top_k, skip_special=ns.skip_special
-        )
-    except (FileNotFoundError, ValueError, TypeError) as e:
-        raise UsageError(f"explain --model: {e}") from e
+    model = BertModel.from_pretrained(resolve_model_path(ns.model))
+    report = model_attention_report(
+        model, sentence, ns.word, top_k=ns.top_k, skip_special=ns.skip_special
+    )
     if ns.json:
         print_json(report.to_dict())
     else:

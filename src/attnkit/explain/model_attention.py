@@ -1,0 +1,187 @@
+"""What a real model's attention does for one word: per layer and head, the tokens it attends
+to most, and the head-averaged view per layer.
+
+    report = model_attention_report(model, "The animal didn't cross the street because it "
+                                    "was too tired", "it")
+    render_model_attention(report, rich.console.Console())   # attnkit.explain.render
+
+The weights are the model's own softmax rows (``output_attentions=True``), one row per layer
+and head: the row of the token where ``word`` starts (its first WordPiece). BERT-style models put
+much of their weight on [CLS] / [SEP] ("attention sinks"); ``skip_special=True`` leaves those
+out of the rankings (the weights shown are unchanged, not renormalised), and the report always
+gives the head-averaged weight that went to special tokens.
+
+Shape legend: ``L`` tokens of the text (with [CLS] and [SEP]), ``H`` heads, ``N`` layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from attnkit.checks import flag, nonnegative_int, positive_int
+from attnkit.models.bert import BertModel
+
+__all__ = [
+    "Attended",
+    "ModelAttentionReport",
+    "find_word",
+    "model_attention_report",
+]
+
+
+@dataclass(frozen=True)
+class Attended:
+    """One attended token: its text, its position in the token list, its weight."""
+
+    token: str
+    index: int
+    weight: float
+
+
+@dataclass(frozen=True)
+class ModelAttentionReport:
+    """Top attended tokens for one query token, per layer and head (JSON-safe via
+    :meth:`to_dict`).
+
+    ``heads[layer][head]`` and ``averaged[layer]`` list up to ``top_k`` :class:`Attended`,
+    heaviest first; ``special_weight[layer]`` is the head-averaged weight on special tokens.
+    """
+
+    model: str
+    text: str
+    word: str
+    tokens: list[str]
+    word_pieces: list[str]
+    word_indices: list[int]
+    query_index: int
+    top_k: int
+    skip_special: bool
+    num_layers: int
+    num_heads: int
+    heads: list[list[list[Attended]]]
+    averaged: list[list[Attended]]
+    special_weight: list[float]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain dict of str / int / float / bool / lists (``json.dumps`` works on it)."""
+        return asdict(self)
+
+
+def find_word(tokens: list[str], pieces: list[str]) -> list[int]:
+    """Start indices of every whole-word occurrence of the WordPiece sequence ``pieces`` in
+    ``tokens`` (the match must not run on into a following "##" piece)."""
+    n = len(pieces)
+    out = []
+    for i in range(len(tokens) - n + 1):
+        if tokens[i : i + n] != pieces:
+            continue
+        if i + n < len(tokens) and tokens[i + n].startswith("##"):
+            continue
+        out.append(i)
+    return out
+
+
+def _top(row: torch.Tensor, allowed: torch.Tensor, tokens: list[str], k: int) -> list[Attended]:
+    """The k heaviest allowed entries of a (L,) weight row."""
+    masked = torch.where(allowed, row, torch.full_like(row, -1.0))
+    k = min(k, int(allowed.sum()))
+    vals, idx = masked.topk(k)
+    return [
+        Attended(tokens[j], j, float(v)) for v, j in zip(vals.tolist(), idx.tolist(), strict=True)
+    ]
+
+
+def model_attention_report(
+    model: BertModel,
+    text: str,
+    word: str,
+    top_k: int = 3,
+    *,
+    occurrence: int = 0,
+    skip_special: bool = False,
+) -> ModelAttentionReport:
+    """Run ``model`` on ``text`` and collect, for the token where ``word`` starts, the
+    ``top_k`` tokens each layer and head attends to, and the head-averaged top ``top_k``.
+
+    Args:
+        model: a loaded :class:`~attnkit.models.bert.BertModel` (with its tokenizer).
+        text: one text; truncated like :meth:`BertModel.tokenize`.
+        word: a word of ``text``; matched on WordPiece tokens (case follows the tokenizer).
+            A word split into several pieces is looked up by its first piece (a note says so).
+        top_k: how many tokens to list per head and per layer (>= 1).
+        occurrence: which occurrence of ``word`` to use when it appears several times (0-based).
+        skip_special: leave [CLS] / [SEP] out of the rankings.
+
+    Raises:
+        ValueError: ``word`` is not among the tokens (the message lists them), or a bad
+            ``top_k`` / ``occurrence``.
+    """
+    if not isinstance(model, BertModel):
+        raise TypeError(f"model: expected an attnkit BertModel, got {type(model).__name__}")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text: expected a non-empty str, got {text!r}")
+    if not isinstance(word, str) or not word.strip():
+        raise ValueError(f"word: expected a non-empty str, got {word!r}")
+    top_k = positive_int("top_k", top_k)
+    occurrence = nonnegative_int("occurrence", occurrence)
+    skip_special = flag("skip_special", skip_special)
+
+    batch = model.tokenize([text])
+    tokens = batch.tokens[0]
+    special = batch.special_tokens_mask[0].bool()
+    w = model.tokenize([word.strip()])
+    pieces = [
+        p for p, s in zip(w.tokens[0], w.special_tokens_mask[0].tolist(), strict=True) if not s
+    ]
+    if not pieces:
+        raise ValueError(f"word: {word!r} gives no tokens")
+    starts = find_word(tokens, pieces)
+    if not starts:
+        raise ValueError(f"word: {word!r} (tokens {pieces}) is not in the text's tokens: {tokens}")
+    if occurrence >= len(starts):
+        raise ValueError(
+            f"occurrence: {word!r} occurs {len(starts)} time(s) (tokens {starts}), "
+            f"got occurrence={occurrence}"
+        )
+    q = starts[occurrence]
+    notes = []
+    if len(pieces) > 1:
+        notes.append(
+            f"{word!r} is split into the pieces {pieces}; showing its first piece {pieces[0]!r}"
+        )
+    if len(starts) > 1:
+        notes.append(
+            f"{word!r} occurs {len(starts)} times (tokens {starts}); showing occurrence "
+            f"{occurrence} (token {q})"
+        )
+    if skip_special:
+        notes.append("special tokens ([CLS], [SEP]) are left out of the rankings")
+
+    with torch.inference_mode():
+        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, True)
+    rows = torch.stack([a[0, :, q, :] for a in out.attentions]).double()  # (N, H, L)
+    allowed = ~special if skip_special else torch.ones_like(special)
+    heads = [[_top(r, allowed, tokens, top_k) for r in layer] for layer in rows]
+    avg = rows.mean(dim=1)  # (N, L)
+    averaged = [_top(r, allowed, tokens, top_k) for r in avg]
+    special_weight = [float(r[special].sum()) for r in avg]
+    return ModelAttentionReport(
+        model=model.name_or_path,
+        text=text,
+        word=word,
+        tokens=list(tokens),
+        word_pieces=pieces,
+        word_indices=starts,
+        query_index=q,
+        top_k=top_k,
+        skip_special=skip_special,
+        num_layers=rows.shape[0],
+        num_heads=rows.shape[1],
+        heads=heads,
+        averaged=averaged,
+        special_weight=special_weight,
+        notes=notes,
+    )

@@ -1,0 +1,29 @@
+"""attnkit.explain.printed_values: every printed value's snippet is exact seed text, found in
+the seed file (skipped, with the reason, when ../shared/seeds is absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnkit import explain as ex
+from attnkit.explain.shared import shared_dir
+
+SEEDS = shared_dir() / "seeds"
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"seed files not found at {SEEDS} (../shared)")
+@pytest.mark.parametrize("name", sorted(ex.EXAMPLES))
+def test_snippets_occur_in_the_seed_files(name):
+    prefix = {"seed004": "004_", "seed002": "002_"}[name]
+    (seed_file,) = sorted(SEEDS.glob(prefix + "*.txt"))
+    text = seed_file.read_text(encoding="utf-8")
+    result = ex.seed_example(name, SEEDS)
+    assert result.seed_file_found and Path(result.seed_file) == seed_file
+    for c in result.comparisons:
+        assert c.printed.snippet in text, c.printed.key
+        if "√" not in c.printed.printed:  # a number as printed is part of its snippet
+            assert c.printed.printed in c.printed.snippet, c.printed.key
+        assert c.snippet_found is True
+        assert text.splitlines()[c.seed_line - 1].find(c.printed.snippet) >= 0
