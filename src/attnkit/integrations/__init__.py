@@ -1,0 +1,6 @@
+"""Bridges from attnkit to other libraries. Each bridge is its own module and imports its
+library only when it is imported itself; nothing else in attnkit imports them.
+
+- :mod:`attnkit.integrations.transformers`: ``attn_implementation="attnkit"`` for HuggingFace
+  transformers models (needs the ``hf`` extra: ``pip install 'attnkit[hf]'``).
+"""
