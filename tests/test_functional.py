@@ -10,6 +10,7 @@ the tests assert that ``math`` (and ``dense`` for dot-product calls without weig
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -20,12 +21,16 @@ import torch
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
-from attnkit.kernels import BACKENDS
-from attnkit.kernels.base import WEIGHTS_LIMIT
+from attnkit.kernels.dispatch import WEIGHTS_LIMIT
+from tests.support import backends
+from tests.support import masks as S
+from tests.support.masks import CATALOGUE, make_case, ref_mask
+from tests.support.numerics import TOL, rel_err
 
-TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 DTYPES = [torch.float64, torch.float32]
 THREADS = 2  # a multi-threaded pool for test_default_threads_agree (conftest sets 1)
+# the backends auto considers plus those it never tries for the score kind (as before the move)
+serving = functools.partial(backends.serving, ignore_speed=False)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -37,49 +42,8 @@ def one_thread():
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers
+# helpers (rel_err, ref_mask, the mask catalogue and serving live in tests/support)
 # ---------------------------------------------------------------------------------------------
-def rel_err(got: torch.Tensor, ref: np.ndarray) -> float:
-    g = got.detach().double().numpy()
-    assert g.shape == ref.shape, (g.shape, ref.shape)
-    n = np.linalg.norm(ref)
-    d = np.linalg.norm(g - ref)
-    return float(d / n) if n > 0 else float(d)
-
-
-def ref_mask(mask, batch: tuple[int, ...], lq: int, lk: int):
-    """A mask object or tensor as the reference's NumPy mask (right-aligned broadcasting).
-
-    Mask objects line their batch dims up with the *leading* batch dims of q, so singleton dims
-    are inserted after them; a biased mask becomes one float array (bias, -inf where disallowed).
-    """
-    if mask is None:
-        return None
-    if isinstance(mask, torch.Tensor):  # functional broadcasts tensors right-aligned already
-        return mask.numpy() if mask.dtype == torch.bool else mask.double().numpy()
-    nb = len(mask.batch_shape)
-    extra = len(batch) - nb
-
-    def lift(a: np.ndarray) -> np.ndarray:
-        return a.reshape(a.shape[:nb] + (1,) * extra + a.shape[-2:])
-
-    allowed = lift(mask.materialize(lq, lk).numpy())
-    bias = mask.materialize_bias(lq, lk)
-    if bias is None:
-        return allowed
-    return np.where(allowed, lift(bias.double().numpy()), -np.inf)
-
-
-def serving(kind: str, q, k, v, mask, *, rw: bool, scale=None, **w) -> list[str]:
-    """Names of every backend in ``BACKENDS`` that can serve this call."""
-    kw = dict(kind=kind, scale=scale, return_weights=rw, **w)
-    reasons = F.explain_dispatch(q, k, v, mask, **kw).reasons  # the backends "auto" considers
-    for name in BACKENDS:
-        if name not in reasons:  # not in the preference list of this kind: ask it directly
-            reasons[name] = F.explain_dispatch(q, k, v, mask, backend=name, **kw).reasons[name]
-    return [name for name in BACKENDS if not reasons[name]]
-
-
 def check(out, weights, ref, dtype, where: str) -> None:
     """Compare one result with the reference trace, including exact zeros on empty rows."""
     tol = TOL[dtype]
@@ -115,116 +79,22 @@ SHAPES = [  # batch, Lq, Lk, d_k, d_v
 ]
 
 
-def _sorted_ids(gen, b, n):
-    """(b, n) sorted document ids, 1-3 documents per row."""
-    return torch.sort(torch.randint(0, 3, (b, n), generator=gen), dim=-1).values
-
-
-def _mk_key_padding(batch, lq, lk, gen):
-    lengths = torch.randint(0, lk + 1, (batch[0],), generator=gen)
-    lengths[0] = 0  # one batch element without any valid key
-    return M.key_padding(lengths)
-
-
-NOT_APPLICABLE = object()
-
-
-def _mk_predicate_bh(batch, lq, lk, gen):
-    if len(batch) < 2:
-        return NOT_APPLICABLE
-    b, h = batch[0], batch[1]
-    return M.from_predicate(
-        lambda bi, hi, qi, kj: ((qi + 2 * kj + bi + 3 * hi) % 4) != 0, batch_size=b, num_heads=h
-    )
-
-
-def _mk_tensor_bool(batch, lq, lk, gen):
-    t = torch.rand((lq, lk), generator=gen) < 0.6
-    t[0] = False  # a fully masked row
-    return M.from_tensor(t)
-
-
-def _mk_tensor_float(batch, lq, lk, gen):
-    t = torch.randn((batch[0], lq, lk), generator=gen, dtype=torch.float64)
-    return M.from_tensor(
-        t.masked_fill(torch.rand((batch[0], lq, lk), generator=gen) < 0.3, -math.inf)
-    )
-
-
-def _mk_kpm(batch, lq, lk, gen):
-    m = torch.rand((batch[0], lk), generator=gen) < 0.4  # True = ignore
-    m[-1] = True  # the last batch element ignores every key
-    return M.from_key_padding_mask(m)
-
-
-def _mk_additive(batch, lq, lk, gen):
-    t = torch.randn((lq, lk), generator=gen, dtype=torch.float64)
-    return M.from_additive(torch.where(torch.rand((lq, lk), generator=gen) < 0.2, -math.inf, t))
-
-
-def _mk_raw_bool(batch, lq, lk, gen):
-    return torch.rand((lq, lk), generator=gen) < 0.5  # plain tensor, right-aligned
-
-
-def _mk_raw_float_heads(batch, lq, lk, gen):
-    # right-aligned (last batch dim, 1, Lk): differs from the mask objects' leading alignment
-    shape = (batch[-1], 1, lk) if batch else (1, lk)
-    t = torch.randn(shape, generator=gen, dtype=torch.float64)
-    return t.masked_fill(torch.rand(shape, generator=gen) < 0.3, -math.inf)
-
-
-# name -> (factory(batch, lq, lk, gen) -> mask, None or NOT_APPLICABLE; needs a batch dim)
-MASKS = {
-    "none": (lambda *a: None, False),
-    "causal_tl": (lambda *a: M.causal(), False),
-    "causal_br": (lambda *a: M.causal("bottom_right"), False),
-    "window": (lambda *a: M.sliding_window(3), False),
-    "window_asym": (lambda *a: M.sliding_window(1, 4), False),
-    "window&causal": (lambda *a: M.sliding_window(4) & M.causal(), False),
-    "key_padding": (_mk_key_padding, True),
-    "key_padding_b1": (lambda b, lq, lk, g: M.key_padding([max(1, lk // 2)]), True),
-    "document": (
-        lambda b, lq, lk, g: M.document(_sorted_ids(g, b[0], lq), _sorted_ids(g, b[0], lk)),
-        True,
-    ),
-    "document_1d": (
-        lambda b, lq, lk, g: M.document(_sorted_ids(g, 1, lq)[0], _sorted_ids(g, 1, lk)[0]),
-        False,
-    ),
-    "prefix_lm": (lambda *a: M.prefix_lm(3), False),
-    "prefix_lm_batch": (
-        lambda b, lq, lk, g: M.prefix_lm(torch.randint(0, lk + 1, (b[0],), generator=g)),
-        True,
-    ),
-    "predicate": (lambda *a: M.from_predicate(lambda b, h, qi, kj: (qi * 3 + kj) % 5 != 0), False),
-    "predicate_bh": (_mk_predicate_bh, True),
-    "tensor_bool": (_mk_tensor_bool, False),
-    "tensor_float": (_mk_tensor_float, True),
-    "key_padding_mask": (_mk_kpm, True),
-    "additive": (_mk_additive, False),
-    "alibi": (lambda *a: M.alibi(0.3), False),
-    "alibi&causal": (lambda *a: M.alibi(0.3) & M.causal("bottom_right"), False),
-    "causal|window": (lambda *a: M.causal() | M.sliding_window(0, 2), False),
-    "key_padding|prefix": (
-        lambda b, lq, lk, g: _mk_key_padding(b, lq, lk, g) | M.prefix_lm(2),
-        True,
-    ),
-    "raw_bool": (_mk_raw_bool, False),
-    "raw_float_heads": (_mk_raw_float_heads, False),
-    "all_masked": (lambda b, lq, lk, g: torch.zeros((lq, lk), dtype=torch.bool), False),
-}
-ALL_MASKS = list(MASKS)
+# the mask kinds of tests/support/masks.py this module runs (the catalogue has more)
+ALL_MASKS = [
+    "none", "causal_tl", "causal_br", "window", "window_asym", "window&causal", "key_padding",
+    "key_padding_b1", "document", "document_1d", "prefix_lm", "prefix_lm_batch", "predicate",
+    "predicate_bh", "tensor_bool", "tensor_float", "key_padding_mask", "additive", "alibi",
+    "alibi&causal", "causal|window", "key_padding|prefix", "raw_bool", "raw_float_heads",
+    "all_masked",
+]  # fmt: skip
 FEW_MASKS = ["none", "causal_br", "key_padding", "tensor_float", "alibi&causal", "all_masked"]
 
 
-def make_mask(name, batch, lq, lk, seed):
-    factory, needs_batch = MASKS[name]
-    if needs_batch and not batch:
-        pytest.skip(f"mask {name!r} needs a batch dim")
-    m = factory(batch, lq, lk, torch.Generator().manual_seed(seed))
-    if m is NOT_APPLICABLE:
-        pytest.skip(f"mask {name!r} does not apply to batch {batch}")
-    return m
+def make_mask(name, batch, lq, lk, seed) -> S.Spec:
+    spec = make_case(name, batch, lq, lk, seed)
+    if spec is None:
+        pytest.skip(f"mask {name!r} needs more batch dims than {batch}")
+    return spec
 
 
 def _cases(mask_names):
@@ -236,8 +106,7 @@ def _cases(mask_names):
         )
         for shape in SHAPES
         for name in mask_names
-        if not (MASKS[name][1] and not shape[0])
-        and not (name == "predicate_bh" and len(shape[0]) < 2)
+        if len(shape[0]) >= CATALOGUE[name][1]
     ]
 
 
@@ -270,9 +139,10 @@ def test_scaled_dot_product_attention(shape, mask_name, dtype):
     batch, lq, lk, dk, dv = shape
     gen = torch.Generator().manual_seed(lq * 131 + lk)
     q, k, v = (rand(gen, *batch, n, d, dtype=dtype) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
-    mask = make_mask(mask_name, batch, lq, lk, seed=lk)
+    spec = make_mask(mask_name, batch, lq, lk, seed=lk)
+    mask = spec.mask
     ref = R.scaled_dot_product(
-        q.double().numpy(), k.double().numpy(), v.double().numpy(), ref_mask(mask, batch, lq, lk)
+        q.double().numpy(), k.double().numpy(), v.double().numpy(), ref_mask(spec, batch, lq, lk)
     )
     ran = run_all_backends("dot", F.scaled_dot_product_attention, (q, k, v), mask, ref, dtype)
     assert "dense" in ran[False], ran
@@ -284,12 +154,13 @@ def test_scaled_dot_product_attention_explicit_scale(shape, mask_name, dtype):
     batch, lq, lk, dk, dv = shape
     gen = torch.Generator().manual_seed(7)
     q, k, v = (rand(gen, *batch, n, d, dtype=dtype) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
-    mask = make_mask(mask_name, batch, lq, lk, seed=3)
+    spec = make_mask(mask_name, batch, lq, lk, seed=3)
+    mask = spec.mask
     ref = R.scaled_dot_product(
         q.double().numpy(),
         k.double().numpy(),
         v.double().numpy(),
-        ref_mask(mask, batch, lq, lk),
+        ref_mask(spec, batch, lq, lk),
         scale=0.7,
     )
     ran = run_all_backends(
@@ -311,9 +182,10 @@ def test_dot_product_attention(shape, mask_name, dtype):
     batch, lq, lk, dk, dv = shape
     gen = torch.Generator().manual_seed(8)
     q, k, v = (rand(gen, *batch, n, d, dtype=dtype) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
-    mask = make_mask(mask_name, batch, lq, lk, seed=4)
+    spec = make_mask(mask_name, batch, lq, lk, seed=4)
+    mask = spec.mask
     ref = R.dot_product(
-        q.double().numpy(), k.double().numpy(), v.double().numpy(), ref_mask(mask, batch, lq, lk)
+        q.double().numpy(), k.double().numpy(), v.double().numpy(), ref_mask(spec, batch, lq, lk)
     )
     ran = run_all_backends("dot", F.dot_product_attention, (q, k, v), mask, ref, dtype, scale=1.0)
     assert "dense" in ran[False], ran
@@ -327,8 +199,9 @@ def test_general_attention(shape, mask_name, dtype):
     gen = torch.Generator().manual_seed(9)
     q, k, v = (rand(gen, *batch, n, d, dtype=dtype) for n, d in ((lq, dq), (lk, dk), (lk, dv)))
     w = rand(gen, dq, dk, dtype=dtype) / math.sqrt(dq)
-    mask = make_mask(mask_name, batch, lq, lk, seed=5)
-    ref = R.general(*(t.double().numpy() for t in (q, k, v, w)), ref_mask(mask, batch, lq, lk))
+    spec = make_mask(mask_name, batch, lq, lk, seed=5)
+    mask = spec.mask
+    ref = R.general(*(t.double().numpy() for t in (q, k, v, w)), ref_mask(spec, batch, lq, lk))
     ran = run_all_backends("dot", F.general_attention, (q, k, v, w), mask, ref, dtype)
     assert "dense" in ran[False], ran
 
@@ -347,9 +220,10 @@ def test_additive_attention(shape, mask_name, dtype):
         rand(gen, h, dk, dtype=dtype),
         rand(gen, h, dtype=dtype),
     )
-    mask = make_mask(mask_name, batch, lq, lk, seed=6)
+    spec = make_mask(mask_name, batch, lq, lk, seed=6)
+    mask = spec.mask
     ref = R.additive(
-        *(t.double().numpy() for t in (q, k, v, w_q, w_k, w_v)), ref_mask(mask, batch, lq, lk)
+        *(t.double().numpy() for t in (q, k, v, w_q, w_k, w_v)), ref_mask(spec, batch, lq, lk)
     )
     run_all_backends(
         "additive",
@@ -382,13 +256,13 @@ def test_long_sequence(mask_name, dtype):
 # multi-head attention vs reference.multi_head
 # ---------------------------------------------------------------------------------------------
 MH_MASKS = {
-    "none": lambda b, lq, lk, h, g: None,
-    "causal_br": lambda b, lq, lk, h, g: M.causal("bottom_right"),
-    "key_padding": lambda b, lq, lk, h, g: M.key_padding(torch.tensor([0, lk - 2])[:b]),
-    "predicate_heads": lambda b, lq, lk, h, g: M.from_predicate(
+    "none": lambda b, lq, lk, h, g: S.none(),
+    "causal_br": lambda b, lq, lk, h, g: S.causal("bottom_right"),
+    "key_padding": lambda b, lq, lk, h, g: S.key_padding(torch.tensor([0, lk - 2])[:b]),
+    "predicate_heads": lambda b, lq, lk, h, g: S.predicate(
         lambda bi, hi, qi, kj: (qi + kj + hi) % 3 != 0, num_heads=h
     ),
-    "raw_heads": lambda b, lq, lk, h, g: torch.rand((h, lq, lk), generator=g) < 0.6,
+    "raw_heads": lambda b, lq, lk, h, g: S.raw(torch.rand((h, lq, lk), generator=g) < 0.6),
 }
 
 
@@ -410,7 +284,8 @@ def test_multi_head_attention(b, lq, lk, e, e_kv, h, g, dk, dv, e_out, mask_name
     w_q, w_k = rand(gen, h * dk, e, dtype=dtype), rand(gen, g * dk, e_kv, dtype=dtype)
     w_v, w_o = rand(gen, g * dv, e_kv, dtype=dtype), rand(gen, e_out, h * dv, dtype=dtype)
     b_q, b_k, b_v, b_o = (rand(gen, n, dtype=dtype) for n in (h * dk, g * dk, g * dv, e_out))
-    mask = MH_MASKS[mask_name](b, lq, lk, h, gen)
+    spec = MH_MASKS[mask_name](b, lq, lk, h, gen)
+    mask = spec.mask
 
     # reference (X @ W layout): biases as an extra input column of ones and an extra weight row;
     # grouped key/value heads as their head blocks repeated for every query head of the group
@@ -433,7 +308,7 @@ def test_multi_head_attention(b, lq, lk, e, e_kv, h, g, dk, dv, e_out, mask_name
         wv_full,
         np64(w_o).T,
         h,
-        mask=ref_mask(mask, (b, h), lq, lk),
+        mask=ref_mask(spec, (b, h), lq, lk),
     )
     ref_out = ref.output + np64(b_o)
     tol = TOL[dtype]
@@ -470,16 +345,17 @@ def test_multi_head_attention(b, lq, lk, e, e_kv, h, g, dk, dv, e_out, mask_name
 )
 def test_fully_masked_rows_forward_and_backward(mask_name):
     b, h, lq, lk, d = 2, 3, 7, 5, 4
-    masks = {
-        "all_false": torch.zeros((lq, lk), dtype=torch.bool),
-        "all_minus_inf": torch.full((b, 1, lq, lk), -math.inf, dtype=torch.float64),
-        "key_padding_zero": M.key_padding([0, 3]),
-        "causal_br_short_keys": M.causal("bottom_right"),  # Lq > Lk: first rows see no key
+    specs = {
+        "all_false": S.raw(torch.zeros((lq, lk), dtype=torch.bool)),
+        "all_minus_inf": S.raw(torch.full((b, 1, lq, lk), -math.inf, dtype=torch.float64)),
+        "key_padding_zero": S.key_padding([0, 3]),
+        "causal_br_short_keys": S.causal("bottom_right"),  # Lq > Lk: first rows see no key
     }
-    mask = masks[mask_name]
+    spec = specs[mask_name]
+    mask = spec.mask
     gen = torch.Generator().manual_seed(12)
     base = [rand(gen, b, h, n, d) for n in (lq, lk, lk)]
-    ref = R.scaled_dot_product(*(t.numpy() for t in base), ref_mask(mask, (b, h), lq, lk))
+    ref = R.scaled_dot_product(*(t.numpy() for t in base), ref_mask(spec, (b, h), lq, lk))
     empty = ~ref.allowed.any(-1)
     assert empty.any()
     names = serving("dot", *(t.clone().requires_grad_() for t in base), mask, rw=False)
@@ -603,8 +479,9 @@ def test_dropout_is_unbiased_and_keeps_empty_rows_zero():
     gen = torch.Generator().manual_seed(16)
     n = 4000
     q, k, v = rand(gen, 2, 1, 3, 4), rand(gen, 2, 1, 5, 4), rand(gen, 2, 1, 5, 3)
-    mask = M.key_padding([5, 0])
-    ref = R.scaled_dot_product(q.numpy(), k.numpy(), v.numpy(), ref_mask(mask, (2, 1), 3, 5))
+    spec = S.key_padding([5, 0])
+    mask = spec.mask
+    ref = R.scaled_dot_product(q.numpy(), k.numpy(), v.numpy(), ref_mask(spec, (2, 1), 3, 5))
     q, k, v = (t.expand(2, n, *t.shape[2:]).contiguous() for t in (q, k, v))
     names = serving("dot", q, k, v, mask, rw=False)
     names = [
