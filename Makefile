@@ -27,7 +27,21 @@ lint: $(STAMP_DEV)
 	$(BIN)/ruff format --check .
 
 test: lint
+	sh scripts/install-browser.sh
 	$(BIN)/python -m pytest -q
+
+# The property-based suite at length: 20,000 random examples in total (tests/fuzz/profiles.py
+# divides them among the tests); failures are saved in .hypothesis/ and replayed first next time.
+.PHONY: fuzz
+fuzz: $(STAMP_DEV)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q --hypothesis-show-statistics tests/fuzz
+
+# Acceptance runs for training (minutes each; numbers in the README).
+.PHONY: accept accept-copy accept-translate accept-lm
+accept: $(STAMP_RUN)
+	$(BIN)/python scripts/accept.py all
+accept-copy accept-translate accept-lm: $(STAMP_RUN)
+	$(BIN)/python scripts/accept.py $(@:accept-%=%)
 
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench

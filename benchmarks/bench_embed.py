@@ -13,7 +13,6 @@ made-up sentences. ``--quick`` uses 64 sentences and fewer repeats.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -21,9 +20,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from common import interleaved_medians, main, row  # noqa: E402
 
+from attnkit.explain.shared import shared_dir  # noqa: E402
 from attnkit.models import BertModel, default_model_path  # noqa: E402
 
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "eng-fra-5k.tsv"
+DATA = shared_dir() / "data" / "eng-fra-5k.tsv"
 BATCH_SIZE = 32
 
 _SUBJECTS = [

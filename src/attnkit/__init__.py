@@ -22,12 +22,32 @@ _LAZY = {
     "multi_head_attention": "attnkit.functional",
     "scaled_dot_product_attention": "attnkit.functional",
 }
-_SUBMODULES = {"masks", "reference", "functional", "kernels", "nn", "models", "viz"}
+_SUBMODULES = {
+    "masks",
+    "reference",
+    "functional",
+    "kernels",
+    "nn",
+    "models",
+    "train",
+    "viz",
+    "explain",
+}
 
 __all__ = sorted(_LAZY) + sorted(_SUBMODULES)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnkit import functional, kernels, masks, models, nn, reference, viz  # noqa: F401
+    from attnkit import (  # noqa: F401
+        explain,
+        functional,
+        kernels,
+        masks,
+        models,
+        nn,
+        reference,
+        train,
+        viz,
+    )
     from attnkit.functional import (  # noqa: F401
         additive_attention,
         dot_product_attention,
