@@ -105,16 +105,9 @@ def classify_tile(t: Tensor, block_q: int, block_kv: int) -> Tensor:
     return classify(all_b, any_b)
 
 
-def _positive(name: str, x: object) -> int:
-    """checks.positive_int with a fast path for plain ints (block maps are looked up per call)."""
-    if type(x) is int and 0 < x <= checks.MAX_INT:
-        return x
-    return checks.positive_int(name, x)
-
-
 def check_sizes(q_len: object, kv_len: object) -> tuple[int, int]:
     """Both lengths as positive ints (TypeError / ValueError naming q_len or kv_len)."""
-    return _positive("q_len", q_len), _positive("kv_len", kv_len)
+    return checks.positive_int("q_len", q_len), checks.positive_int("kv_len", kv_len)
 
 
 def saturate(t: Tensor, dtype: torch.dtype | None) -> Tensor:
@@ -292,8 +285,8 @@ class Mask:
         :attr:`block_map_cache` (bounded LRU): treat it as read-only.
         """
         q_len, kv_len = check_sizes(q_len, kv_len)
-        block_q = _positive("block_q", block_q)
-        block_kv = _positive("block_kv", block_kv)
+        block_q = checks.positive_int("block_q", block_q)
+        block_kv = checks.positive_int("block_kv", block_kv)
         key = ("public", q_len, kv_len, block_q, block_kv)
         cache = self.block_map_cache
         bm = cache.get(key)

@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from attnkit.checks import positive_int
+from attnkit.checks import finite_float, positive_int
 
 __all__ = ["Stepper", "beam_search", "greedy_search", "mask_banned"]
 
@@ -154,8 +154,7 @@ def beam_search(
     prefix = _check_prefix(prefix)
     positive_int("beam_size", beam_size)
     positive_int("max_new_tokens", max_new_tokens)
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise TypeError(f"length_penalty: expected a number, got {length_penalty!r}")
+    finite_float("length_penalty", length_penalty)
     b, k, dev = prefix.shape[0], beam_size, prefix.device
     # only beam 0 is live at the start, so the first step expands one hypothesis
     scores: Tensor | None = None  # (B, K), in the logits' dtype

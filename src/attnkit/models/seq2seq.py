@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit import checks
 from attnkit.masks import Mask, causal, from_key_padding_mask, key_padding
 from attnkit.models.decoding import beam_search, greedy_search
 from attnkit.nn.cache import DecoderCache
@@ -29,11 +30,6 @@ from attnkit.nn.transformer import Transformer
 __all__ = ["Seq2SeqConfig", "Seq2SeqStepper", "Seq2SeqTransformer"]
 
 _TIES = ("none", "decoder", "all")
-
-
-def _positive_int(name: str, n: object) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{name}: expected a positive int, got {n!r}")
 
 
 @dataclass
@@ -86,14 +82,13 @@ class Seq2SeqConfig:
             "dim_feedforward",
             "max_len",
         ):
-            _positive_int(name, getattr(self, name))
+            checks.positive_int(name, getattr(self, name))
         if self.d_model % self.nhead:
             raise ValueError(
                 f"d_model: expected a multiple of nhead={self.nhead}, got d_model={self.d_model}"
             )
         d = self.dropout
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 <= d < 1.0:
-            raise ValueError(f"dropout: expected a number in [0, 1), got {d!r}")
+        checks.probability("dropout", d)
         for name, vocab in (
             ("pad_id", min(self.src_vocab_size, self.tgt_vocab_size)),
             ("bos_id", self.tgt_vocab_size),
@@ -267,7 +262,7 @@ class Seq2SeqTransformer(nn.Module):
 
     def _start(self, src: object, max_len: object) -> tuple[Tensor, int]:
         max_len = self.config.max_len if max_len is None else max_len
-        _positive_int("max_len", max_len)
+        checks.positive_int("max_len", max_len)
         src = self._check_tokens("src", src, self.config.src_vocab_size)
         return src, max_len
 
@@ -277,7 +272,7 @@ class Seq2SeqTransformer(nn.Module):
         """A decoding session for :mod:`attnkit.models.decoding`: encodes src (B, S) once and
         serves B*repeat rows (row ``b*repeat + j`` decodes source ``b``; repeat = beam size)."""
         src = self._check_tokens("src", src, self.config.src_vocab_size)
-        _positive_int("repeat", repeat)
+        checks.positive_int("repeat", repeat)
         memory, _ = self.encode(src, src_lengths)
         lengths = None if src_lengths is None else torch.as_tensor(src_lengths)
         mask = self.source_mask(
@@ -347,9 +342,8 @@ class Seq2SeqTransformer(nn.Module):
         """
         c = self.config
         src, max_len = self._start(src, max_len)
-        _positive_int("beam_size", beam_size)
-        if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-            raise TypeError(f"length_penalty: expected a number, got {length_penalty!r}")
+        checks.positive_int("beam_size", beam_size)
+        checks.finite_float("length_penalty", length_penalty)
         return beam_search(
             self.stepper(src, src_lengths, repeat=beam_size),
             self._bos(src),
