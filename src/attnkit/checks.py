@@ -48,14 +48,19 @@ def show(x: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _is_numpy_bool(x: object) -> bool:
+    """numpy.bool_ (named ``bool`` since NumPy 2), without importing NumPy."""
+    return type(x).__module__ == "numpy" and type(x).__name__ in ("bool_", "bool")
+
+
 def _is_int(x: object) -> bool:
-    if isinstance(x, bool) or type(x).__name__ == "bool_":
+    if isinstance(x, bool) or _is_numpy_bool(x):
         return False
     return isinstance(x, numbers.Integral)
 
 
 def _is_real(x: object) -> bool:
-    if isinstance(x, bool) or type(x).__name__ == "bool_":
+    if isinstance(x, bool) or _is_numpy_bool(x):
         return False
     return isinstance(x, numbers.Real)
 
@@ -72,6 +77,8 @@ def integer(
     TypeError for a non-int (bool and float included), ValueError outside the bounds. ``what``
     replaces the default description ("an int >= 1", ...) in the message.
     """
+    if type(x) is int and (minimum is None or x >= minimum) and (maximum is None or x <= maximum):
+        return x  # the common case, without the numbers.Integral check (checks run per call)
     if what is None:
         if minimum is not None and maximum is not None and maximum != MAX_INT:
             what = f"an int in [{minimum}, {maximum}]"
@@ -134,7 +141,7 @@ def flag(name: str, x: object) -> bool:
     """``x`` as a bool; only real bools are accepted (``'no'`` and ``1`` are TypeErrors)."""
     if isinstance(x, bool):
         return x
-    if type(x).__name__ == "bool_":  # numpy.bool_
+    if _is_numpy_bool(x):
         return bool(x)
     raise TypeError(f"{name}: expected a bool (True or False), got {show(x)} ({type(x).__name__})")
 
