@@ -72,6 +72,8 @@ def run(ns: argparse.Namespace) -> int:
 
     if ns.n is not None and ns.n < 1:
         raise UsageError(f"--n: expected a positive int, got {ns.n}")
+    if ns.beam < 1:  # checked before the checkpoint is loaded
+        raise UsageError(f"--beam: expected a positive int, got {ns.beam}")
     with option_names({"beam_size": "--beam", "length_penalty": "--length-penalty"}):
         loaded = session.load(ns.ckpt)
         items, source = _examples(loaded, ns)
@@ -86,8 +88,6 @@ def run(ns: argparse.Namespace) -> int:
             )
             print(f"perplexity={ppl:.4f}")
             return 0
-        if ns.beam < 1:
-            raise UsageError(f"--beam: expected a positive int, got {ns.beam}")
         hyps = metrics.translate(
             loaded.model, loaded.tokenizer, [s for s, _ in items], ns.beam, ns.length_penalty
         )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit import checks
 from attnkit.checks import positive_int
 from attnkit.masks import causal, from_key_padding_mask
 from attnkit.models.decoding import beam_search, greedy_search
@@ -63,9 +64,7 @@ class LMConfig:
             raise ValueError(
                 f"d_model: expected a multiple of nhead={self.nhead}, got d_model={self.d_model}"
             )
-        d = self.dropout
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 <= d < 1.0:
-            raise ValueError(f"dropout: expected a number in [0, 1), got {d!r}")
+        checks.probability("dropout", self.dropout)
         for name in ("pad_id", "bos_id", "eos_id"):
             i = getattr(self, name)
             if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.vocab_size:
@@ -78,8 +77,7 @@ class LMConfig:
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation: expected 'relu' or 'gelu', got {self.activation!r}")
         for name in ("norm_first", "tie_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name}: expected a bool, got {getattr(self, name)!r}")
+            checks.flag(name, getattr(self, name))
 
 
 class CausalLayer(TransformerEncoderLayer):

@@ -114,8 +114,7 @@ class Seq2SeqConfig:
             )
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation: expected 'relu' or 'gelu', got {self.activation!r}")
-        if not isinstance(self.norm_first, bool):
-            raise TypeError(f"norm_first: expected a bool, got {self.norm_first!r}")
+        checks.flag("norm_first", self.norm_first)
 
 
 class Seq2SeqTransformer(nn.Module):
