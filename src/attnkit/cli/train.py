@@ -27,7 +27,14 @@ examples:
   attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv --out runs/fra \\
       --max-minutes 10
   attnkit train --task lm --data rhymes.txt --out runs/lm --max-minutes 5 --tokenizer word
+  attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv --pack --out runs/fra-pack
+      packs several sentence pairs into each row of --max-len tokens (document masks)
+  attnkit train --task lm --data book.txt --max-len 16384 --window 256 --batch-size 1 \\
+      --out runs/long     (local attention: each token sees the 256 tokens before it)
   attnkit train --resume runs/fra --max-minutes 20      (continues in runs/fra)
+  torchrun --nproc_per_node=2 -m attnkit train --task copy --out runs/ddp --max-steps 600
+      two processes (DistributedDataParallel, gloo on CPU); each step sees 2 x --batch-size
+      sequences; --accumulate K steps the optimiser every K micro-batches per process
 
 The run directory (--out) receives log.jsonl (one JSON line per logging step and evaluation)
 and checkpoints step-NNNNNNNN/ (model.safetensors, config.json, tokenizer.json, optimiser and
@@ -68,6 +75,26 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     "--threads": (
         "threads",
         dict(type=int, help="torch threads (1; more help only on an idle machine)"),
+    ),
+    "--pack": (
+        "pack",
+        dict(action="store_true", help="pack several sequences into each row (lm, translate)"),
+    ),
+    "--max-len": (
+        "max_len",
+        dict(type=int, help="tokens per row: packed rows (512), lm windows (= --block-size)"),
+    ),
+    "--window": (
+        "window",
+        dict(type=int, metavar="W", help="lm: local attention to the W tokens before"),
+    ),
+    "--accumulate": (
+        "accumulate",
+        dict(type=int, metavar="K", help="micro-batches per optimiser step, per process (1)"),
+    ),
+    "--dist-timeout": (
+        "dist_timeout",
+        dict(type=float, metavar="S", help="torchrun: seconds to wait for another process (300)"),
     ),
 }
 NAMES = {field: opt for opt, (field, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
@@ -151,6 +178,10 @@ def run(ns: argparse.Namespace) -> int:
             resume=ns.resume,
             progress=not ns.no_progress and sys.stderr.isatty(),
         )
+    from attnkit.train.distributed import is_main_process
+
+    if not is_main_process():  # under torchrun only rank 0 writes and reports
+        return 0
     _summary(out / "log.jsonl")
     print(f"evaluate: attnkit evaluate --ckpt {out}")
     if config.task == "lm":

@@ -8,6 +8,12 @@ Shape legend
 ``E``  d_model   ``V``  vocabulary size
 
 Token tensors are integer (B, L); positions equal to ``pad_id`` are never attended to.
+
+Packed rows (several sequences in one row, :mod:`attnkit.train.packing`): ``forward`` takes
+per-token ``doc_ids`` and ``position_ids`` (B, L); attention then stays inside each document
+(``document(doc_ids) & causal()``) and positions restart at every document. With
+``LMConfig.window`` the causal mask is local: ``sliding_window(window, 0)``, in training and in
+cached decoding (whose caches then keep only the last ``window`` keys).
 """
 
 from __future__ import annotations
@@ -20,8 +26,14 @@ from torch import Tensor, nn
 
 from attnkit import checks
 from attnkit.checks import positive_int
-from attnkit.masks import causal, from_key_padding_mask
+from attnkit.masks import Mask, causal, document, from_key_padding_mask, sliding_window
 from attnkit.models.decoding import beam_search, greedy_search
+from attnkit.models.packed import (
+    check_ids,
+    embed_at,
+    positions_from_docs,
+    set_attention_dropout,
+)
 from attnkit.nn.cache import KVCache
 from attnkit.nn.positional import SinusoidalPositionalEncoding
 from attnkit.nn.transformer import TransformerEncoderLayer
@@ -40,6 +52,10 @@ class LMConfig:
         pad_id, bos_id, eos_id: special ids in [0, V); pad differs from bos and eos.
         norm_first: pre-norm layers (then a final LayerNorm before the generator).
         activation: "relu" or "gelu". tie_embeddings: the generator reuses the embedding matrix.
+        window: None (causal attention over the whole prefix) or W >= 0: local-causal attention,
+            each token sees itself and the W tokens before it (``sliding_window(W, 0)``).
+        attention_dropout: dropout on the attention weights (None: ``dropout``); 0 lets the
+            blocksparse kernel (no dropout) run training steps with structured masks.
     """
 
     vocab_size: int
@@ -56,10 +72,16 @@ class LMConfig:
     activation: str = "gelu"
     tie_embeddings: bool = True
     layer_norm_eps: float = 1e-5
+    window: int | None = None
+    attention_dropout: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len"):
             positive_int(name, getattr(self, name))
+        if self.window is not None:
+            checks.nonnegative_int("window", self.window)
+        if self.attention_dropout is not None:
+            checks.probability("attention_dropout", self.attention_dropout)
         if self.d_model % self.nhead:
             raise ValueError(
                 f"d_model: expected a multiple of nhead={self.nhead}, got d_model={self.d_model}"
@@ -118,6 +140,13 @@ class LMCache:
         for c in self.layers:
             c.reorder(index)
 
+    def keep_last(self, n: int) -> None:
+        """Drop all but the last ``n`` cached keys and values of every layer (a local-causal
+        model with window n never reads older ones; :attr:`length` is unchanged)."""
+        for c in self.layers:
+            if c.k is not None and c.k.shape[-2] > n:
+                c.k, c.v = c.k[..., c.k.shape[-2] - n :, :], c.v[..., c.v.shape[-2] - n :, :]
+
 
 class TransformerLM(nn.Module):
     """Decoder-only Transformer over token ids (next-token prediction).
@@ -151,6 +180,7 @@ class TransformerLM(nn.Module):
         )
         self.norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None
         self.generator = nn.Linear(c.d_model, c.vocab_size)
+        set_attention_dropout(self, c.attention_dropout)
         with torch.no_grad():
             nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
             self.embed.weight[c.pad_id].zero_()
@@ -173,11 +203,45 @@ class TransformerLM(nn.Module):
     def _head(self, x: Tensor) -> Tensor:
         return self.generator(x if self.norm is None else self.norm(x))
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """tokens (B, L) -> logits (B, L, V); position t sees tokens 0..t (pad never)."""
+    def _causal(self, alignment: str = "top_left") -> Mask:
+        w = self.config.window
+        if w is None:
+            return causal(alignment)
+        return sliding_window(w, 0, alignment=alignment)
+
+    def forward(
+        self, tokens: Tensor, doc_ids: Tensor | None = None, position_ids: Tensor | None = None
+    ) -> Tensor:
+        """tokens (B, L) -> logits (B, L, V); position t sees tokens 0..t (pad never), or the
+        last ``window`` + 1 of them.
+
+        Packed rows: ``doc_ids`` (B, L) ints >= 0, one per token: token t sees only the tokens
+        of its own document (``document(doc_ids) & causal()``; ``pad_id`` is then an ordinary
+        token: give padding a document of its own); ``position_ids`` (B, L) ints >= 0 (default
+        with doc_ids: restarting at 0 wherever the document id changes; default without: 0, 1,
+        ...)."""
         tokens = self._check_tokens("tokens", tokens)
-        mask = causal() & from_key_padding_mask(tokens == self.config.pad_id)
-        x = self.positional(self.embed(tokens) * math.sqrt(self.config.d_model))
+        if doc_ids is not None:
+            doc_ids = check_ids("doc_ids", doc_ids, tokens, "tokens")
+        if position_ids is not None:
+            position_ids = check_ids("position_ids", position_ids, tokens, "tokens")
+        elif doc_ids is not None:
+            position_ids = positions_from_docs(doc_ids)
+        pad = tokens == self.config.pad_id
+        if doc_ids is not None:
+            mask = document(doc_ids) & self._causal()
+        elif self.config.window is None:
+            mask = causal() & from_key_padding_mask(pad)
+        else:  # a band alone keeps the blocksparse band plan; padding only when there is some
+            mask = (
+                self._causal() & from_key_padding_mask(pad) if bool(pad.any()) else self._causal()
+            )
+        x = self.embed(tokens) * math.sqrt(self.config.d_model)
+        x = (
+            self.positional(x)
+            if position_ids is None
+            else embed_at(self.positional, x, position_ids)
+        )
         for layer in self.layers:
             x = layer(x, mask)
         return self._head(x)
@@ -194,9 +258,15 @@ class TransformerLM(nn.Module):
         tokens = self._check_tokens("tokens", tokens)
         x = self.embed(tokens) * math.sqrt(self.config.d_model)
         x = self.positional(x, cache.length)
-        mask = causal("bottom_right") if tokens.shape[1] > 1 else None
+        w = self.config.window
+        if w is None:
+            mask = causal("bottom_right") if tokens.shape[1] > 1 else None
+        else:
+            mask = self._causal("bottom_right")
         for layer, c in zip(self.layers, cache.layers):
             x = layer(x, mask, c)
+        if w is not None:
+            cache.keep_last(w)
         return self._head(x)
 
     def stepper(self, rows: int) -> LMStepper:

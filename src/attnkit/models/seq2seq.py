@@ -10,6 +10,13 @@ Shape legend
 Token tensors are integer (B, L). Padding: source positions are padding where ``src == pad_id``
 (or, when ``src_lengths`` (B,) is given, positions ``>= src_lengths[b]``); padded source
 positions are never attended to. Target padding is found from ``pad_id`` the same way.
+
+Packed rows (several pairs in one row, :mod:`attnkit.train.packing`): ``forward`` takes
+``src_doc_ids`` (B, S) and ``tgt_doc_ids`` (B, T), and optionally ``src_position_ids`` /
+``tgt_position_ids``: the encoder attends with ``document(src_doc_ids)``, the decoder with
+``document(tgt_doc_ids) & causal()``, cross-attention with ``document(tgt_doc_ids,
+src_doc_ids)`` (target document d sees source document d), and positions restart at every
+document.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from torch import Tensor, nn
 from attnkit import checks
 from attnkit.masks import Mask, causal, from_key_padding_mask, key_padding
 from attnkit.models.decoding import beam_search, greedy_search
+from attnkit.models.packed import forward_packed, set_attention_dropout
 from attnkit.nn.cache import DecoderCache
 from attnkit.nn.positional import SinusoidalPositionalEncoding
 from attnkit.nn.transformer import Transformer
@@ -52,6 +60,8 @@ class Seq2SeqConfig:
         norm_first: pre-norm layers (False: the paper's post-norm).
         activation: "relu" or "gelu".
         layer_norm_eps: LayerNorm epsilon.
+        attention_dropout: dropout on the attention weights (None: ``dropout``); 0 lets the
+            blocksparse kernel (no dropout) run packed training steps.
     """
 
     src_vocab_size: int
@@ -70,6 +80,7 @@ class Seq2SeqConfig:
     norm_first: bool = False
     activation: str = "relu"
     layer_norm_eps: float = 1e-5
+    attention_dropout: float | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -89,6 +100,8 @@ class Seq2SeqConfig:
             )
         d = self.dropout
         checks.probability("dropout", d)
+        if self.attention_dropout is not None:
+            checks.probability("attention_dropout", self.attention_dropout)
         for name, vocab in (
             ("pad_id", min(self.src_vocab_size, self.tgt_vocab_size)),
             ("bos_id", self.tgt_vocab_size),
@@ -161,6 +174,7 @@ class Seq2SeqTransformer(nn.Module):
             norm_first=c.norm_first,
         )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        set_attention_dropout(self, c.attention_dropout)
         with torch.no_grad():
             for emb in {id(m): m for m in (self.src_embed, self.tgt_embed)}.values():
                 nn.init.normal_(emb.weight, std=c.d_model**-0.5)
@@ -238,15 +252,33 @@ class Seq2SeqTransformer(nn.Module):
         y = self.transformer.decode(x, memory, tgt_mask, memory_mask, cache)
         return self.generator(y)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_lengths: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_lengths: Tensor | None = None,
+        *,
+        src_doc_ids: Tensor | None = None,
+        tgt_doc_ids: Tensor | None = None,
+        src_position_ids: Tensor | None = None,
+        tgt_position_ids: Tensor | None = None,
+    ) -> Tensor:
         """src (B, S) ids, tgt (B, T) ids (decoder input, starting with bos_id) ->
-        logits (B, T, V). ``src_lengths`` (B,): valid source lengths (default: from pad_id)."""
+        logits (B, T, V). ``src_lengths`` (B,): valid source lengths (default: from pad_id).
+
+        Packed rows: ``src_doc_ids`` (B, S) and ``tgt_doc_ids`` (B, T) ints >= 0 (both or
+        neither; not with src_lengths): see the module docstring; ``pad_id`` is then an
+        ordinary token (give padding documents of its own). ``*_position_ids``: ints >= 0 of
+        the same shapes (default: restarting at 0 wherever the document id changes)."""
         src = self._check_tokens("src", src, self.config.src_vocab_size)
         tgt = self._check_tokens("tgt", tgt, self.config.tgt_vocab_size)
         if tgt.shape[0] != src.shape[0]:
             raise ValueError(f"tgt: batch size {tgt.shape[0]} differs from src's {src.shape[0]}")
-        memory, mask = self.encode(src, src_lengths)
-        return self.decode(tgt, memory, mask)
+        packed = (src_doc_ids, tgt_doc_ids, src_position_ids, tgt_position_ids)
+        if all(x is None for x in packed):
+            memory, mask = self.encode(src, src_lengths)
+            return self.decode(tgt, memory, mask)
+        return forward_packed(self, src, tgt, src_lengths, *packed)
 
     # --- generation -----------------------------------------------------------------------
     def next_token_logprobs(self, logits: Tensor) -> Tensor:

@@ -5,6 +5,10 @@ An epoch's order: a permutation of the examples seeded with (seed, epoch); conse
 examples of similar length and little padding); the batches are then shuffled with the same
 generator. The data position of a run is (epoch, index of the next batch in that order), so a
 resumed run draws exactly the batches an uninterrupted run would have drawn.
+
+With packing (``pack``: a :class:`~attnkit.train.packing.PackSpec`) an epoch's batches come from
+:func:`attnkit.train.packing.epoch_packed_batches` (a permutation cut by a token budget, again
+a function of (seed, epoch)) and :func:`batch_logits` packs each batch into rows.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit.train.packing import PackSpec, epoch_packed_batches, pack_examples, packed_logits
 from attnkit.train.tokenizer import PAD
 
 __all__ = ["batch_logits", "collate_lm", "collate_seq2seq", "epoch_batches", "pad"]
@@ -20,8 +25,13 @@ __all__ = ["batch_logits", "collate_lm", "collate_seq2seq", "epoch_batches", "pa
 POOL = 32
 
 
-def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """Example indices of every batch of ``epoch``, in order (a function of the arguments)."""
+def epoch_batches(
+    lengths: np.ndarray, batch_size: int, seed: int, epoch: int, pack: PackSpec | None = None
+) -> list[np.ndarray]:
+    """Example indices of every batch of ``epoch``, in order (a function of the arguments);
+    with ``pack``, batches of at most ``pack.tokens`` ids of mixed lengths."""
+    if pack is not None:
+        return epoch_packed_batches(lengths, pack.tokens, seed, epoch)
     rng = np.random.default_rng([seed, epoch, 0xBA7C])
     n = len(lengths)
     perm = rng.permutation(n)
@@ -57,9 +67,16 @@ def collate_lm(examples: list[tuple[list[int]]]) -> tuple[Tensor, Tensor]:
     return w[:, :-1], w[:, 1:]
 
 
-def batch_logits(model, kind: str, examples: list) -> tuple[Tensor, Tensor]:
+def batch_logits(
+    model, kind: str, examples: list, pack: PackSpec | None = None
+) -> tuple[Tensor, Tensor]:
     """(logits (B, T, vocab), targets (B, T)) of one batch of examples: a language model
-    (``kind`` "lm") on its windows, an encoder-decoder on (source, [BOS] + target)."""
+    (``kind`` "lm") on its windows, an encoder-decoder on (source, [BOS] + target); with
+    ``pack``, the examples packed into rows of ``pack.max_len`` (B rows; PAD targets at the
+    rows' ends)."""
+    if pack is not None:
+        batch = pack_examples(kind, examples, pack.max_len)
+        return packed_logits(model, batch), batch.targets
     if kind == "lm":
         x, y = collate_lm(examples)
         return model(x), y

@@ -14,6 +14,7 @@ from pathlib import Path
 from attnkit.checks import (
     choice,
     finite_float,
+    flag,
     nonnegative_int,
     positive_float,
     positive_int,
@@ -24,9 +25,12 @@ __all__ = ["RUN_FIELDS", "TASKS", "TASK_DEFAULTS", "TrainConfig"]
 
 TASKS = ("copy", "reverse", "sort", "lm", "translate")
 
+PACK_ROW = 512
+"""Default row length of ``pack`` for the encoder-decoder tasks (tokens per source / target row)."""
+
 RUN_FIELDS = frozenset(
     {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
-)
+) | {"accumulate", "dist_timeout"}  # accumulate: the trainer checks processes x accumulate
 
 _SYNTHETIC = dict(
     tokenizer="word",
@@ -81,9 +85,17 @@ class TrainConfig:
     Optimiser: AdamW (betas 0.9/0.98, eps 1e-9, ``weight_decay``); lr =
     ``lr_factor`` · d_model^-0.5 · min(step^-0.5, step · ``warmup``^-1.5);
     ``label_smoothing``; gradient norm clipped to ``clip`` (0 = off); ``batch_size`` sequences.
+    Packing and long context: ``pack`` several sequences into each row of ``max_len`` tokens
+    (document masks keep them apart, positions restart; default row 512, lm: ``block_size``);
+    ``max_len`` for lm is also its training window (it replaces ``block_size``); ``window``: the
+    lm attends locally, each token to itself and the ``window`` tokens before it.
     Run: ``max_steps``, ``max_minutes`` (None = no limit; at least one must be set), logging,
     evaluation and checkpoint intervals in steps, ``keep`` last checkpoints, torch ``threads``
     (None = torch's default).
+    Several processes (torchrun, :mod:`attnkit.train.distributed`): each optimiser step
+    accumulates gradients over ``accumulate`` micro-batches of ``batch_size`` per process, so a
+    step sees processes x accumulate x batch_size sequences; ``dist_timeout`` seconds bound
+    every wait for another process.
     """
 
     task: str = "copy"
@@ -116,6 +128,11 @@ class TrainConfig:
     save_every: int = 200
     keep: int = 3
     threads: int | None = 1
+    pack: bool = False
+    max_len: int | None = None
+    window: int | None = None
+    accumulate: int = 1
+    dist_timeout: float = 300.0
 
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
@@ -126,6 +143,10 @@ class TrainConfig:
                 setattr(c, k, v)
         if c.min_length is None:
             c.min_length = c.length
+        if c.max_len is not None and positive_int("max_len", c.max_len) and c.task == "lm":
+            c.block_size = c.max_len  # one length for lm windows and packed rows
+        if c.pack is True and c.max_len is None:
+            c.max_len = c.block_size if c.task == "lm" else PACK_ROW
         if c.data is not None:  # one spelling per file, whatever the working directory
             c.data = str(Path(c.data).expanduser().resolve())
         c.validate()
@@ -167,6 +188,18 @@ class TrainConfig:
             positive_float("max_minutes", self.max_minutes)
         if self.threads is not None:
             positive_int("threads", self.threads)
+        flag("pack", self.pack)
+        if self.max_len is not None:
+            positive_int("max_len", self.max_len)
+        if self.window is not None:
+            nonnegative_int("window", self.window)
+            if self.task != "lm":
+                raise ValueError(
+                    f"window: local attention is for the lm task (decoder-only), got task "
+                    f"{self.task!r}"
+                )
+        positive_int("accumulate", self.accumulate)
+        positive_float("dist_timeout", self.dist_timeout)
         if self.task in ("lm", "translate") and self.data is None:
             raise ValueError(f"data: the {self.task} task needs a data file (--data FILE)")
 

@@ -1,11 +1,15 @@
-"""The training progress bar (rich): step, loss, tokens/s, learning rate and ETA; or nothing."""
+"""What a run reports: the progress bar (rich: step, loss, tokens/s, learning rate and ETA; or
+nothing) and the JSONL log (one JSON object per line)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
+from pathlib import Path
 
-__all__ = ["Progress"]
+__all__ = ["JsonLog", "Progress"]
 
 
 class Progress:
@@ -52,3 +56,29 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+class JsonLog:
+    """``log.jsonl`` of a run, appended one row (a JSON object with a ``step``) at a time;
+    ``keep_until``: resuming at that step, rows of later steps are dropped first (atomically)."""
+
+    def __init__(self, path: Path, keep_until: int | None) -> None:
+        self.path = path
+        if keep_until is not None and path.exists():
+            kept = [
+                s
+                for s in path.read_text().splitlines()
+                if s and json.loads(s)["step"] <= keep_until
+            ]
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text("".join(s + "\n" for s in kept))
+            os.replace(tmp, path)
+        self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def write(self, row: dict) -> None:
+        """Append ``row`` and flush."""
+        self.f.write(json.dumps(row) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()

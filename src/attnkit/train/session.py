@@ -2,7 +2,9 @@
 (JSON), the tokenizer, the optimiser/RNG state, the data position and the held-out data.
 
 :func:`checkpoint_files` builds the files; :func:`load` reads a checkpoint (verifying it)
-into a :class:`Loaded` with the model ready for evaluation and decoding.
+into a :class:`Loaded` with the model ready for evaluation and decoding. A resumed run checks
+that it splits each step the same way (:func:`check_world`) and restores its generators
+(:func:`restore_rng`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,18 @@ from torch import Tensor
 from attnkit.train import tokenizer as tk
 from attnkit.train.checkpoint import FORMAT, CheckpointError, find_checkpoint, read_json, verify
 from attnkit.train.config import TrainConfig
+from attnkit.train.distributed import rank_seed
+from attnkit.train.state import set_rng_state
 from attnkit.train.tasks import build_model
 
 __all__ = [
     "Loaded",
+    "check_world",
     "checkpoint_files",
     "load",
     "load_weights",
     "read_train_config",
+    "restore_rng",
     "weights_bytes",
 ]
 
@@ -167,3 +173,44 @@ def read_train_config(path: str | Path) -> TrainConfig:
         return TrainConfig.from_dict(cfg["train"], str(cfg_path))
     except TypeError as e:
         raise CheckpointError(f"{cfg_path}: invalid checkpoint config ({e})") from None
+
+
+def check_world(loaded: Loaded, saved_world: int, world_size: int, accumulate: int) -> None:
+    """Resuming ``loaded`` (written by ``saved_world`` processes) with ``world_size`` processes
+    and ``accumulate``: processes x accumulate must be the checkpoint's, so that every step sees
+    the same micro-batches (:func:`attnkit.train.distributed.shard`); the world size alone may
+    change (2 processes, or 1 with --accumulate 2). ValueError saying what would fit."""
+    old_k = loaded.train_config.accumulate
+    before, now = saved_world * old_k, world_size * accumulate
+    if before == now:
+        return
+    hint = (
+        f"--accumulate {before // world_size} with {world_size} process(es)"
+        if before % world_size == 0
+        else f"{before} processes"
+    )
+    raise ValueError(
+        f"accumulate: {loaded.path} was trained with {saved_world} process(es) x --accumulate "
+        f"{old_k} = {before} micro-batches per step, this run has {world_size} x {accumulate} = "
+        f"{now}; resume with {hint}, so that each step sees the same data"
+    )
+
+
+def restore_rng(
+    tensors: dict[str, Tensor], state: dict, *, seed: int, rank: int, world_size: int
+) -> str | None:
+    """Restore the generators of a resumed run on rank ``rank`` of ``world_size``: the rank's
+    own stored torch generator when the checkpoint was written by as many processes (resuming
+    is then bit-identical); otherwise the torch generator is seeded from (seed, rank, step) and
+    the returned note says that dropout draws differ from an uninterrupted run."""
+    saved_world = int(state.get("world_size", 1))
+    same = saved_world == world_size
+    set_rng_state(tensors, state["rng"], rank, torch_state=same)
+    if same:
+        return None
+    torch.manual_seed(rank_seed(seed, rank, int(state["step"])))
+    return (
+        f"note: the checkpoint was written by {saved_world} process(es), this run has "
+        f"{world_size}: every step sees the same data, but dropout draws differ from those of "
+        "an uninterrupted run"
+    )

@@ -4,18 +4,26 @@ number generators of torch, NumPy and Python.
 ``optimizer_state(opt)`` returns ``(tensors, meta)``: every tensor of ``opt.state_dict()`` under
 a flat name (``optim.<param index>.<key>``) and everything else as JSON-ready values;
 ``load_optimizer_state`` puts them back. ``rng_state()`` / ``set_rng_state`` do the same for the
-generators.
+generators; with several processes the torch generator of every rank is stored (rank 0's under
+``rng.torch``, rank r's under ``rng.torch.rank<r>``), since each rank draws its own dropout.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["load_optimizer_state", "optimizer_state", "rng_state", "set_rng_state"]
+__all__ = [
+    "load_optimizer_state",
+    "optimizer_state",
+    "rng_state",
+    "set_rng_state",
+    "torch_rng_key",
+]
 
 
 def optimizer_state(opt: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
@@ -57,24 +65,36 @@ def load_optimizer_state(
     opt.load_state_dict({"state": state, "param_groups": groups})
 
 
-def rng_state() -> tuple[dict[str, Tensor], dict]:
-    """(tensors, meta) of the torch, NumPy (legacy global) and Python generators."""
+def torch_rng_key(rank: int) -> str:
+    """The name of rank ``rank``'s torch generator state in the state tensors."""
+    return "rng.torch" if rank == 0 else f"rng.torch.rank{rank}"
+
+
+def rng_state(torch_states: Sequence[Tensor] | None = None) -> tuple[dict[str, Tensor], dict]:
+    """(tensors, meta) of the torch, NumPy (legacy global) and Python generators;
+    ``torch_states``: every rank's torch generator state, in rank order (default: this
+    process's only)."""
     np_state = np.random.get_state()
     py_version, py_internal, py_gauss = random.getstate()
     meta = {
         "numpy": [np_state[0], np_state[1].tolist(), *map(_plain, np_state[2:])],
         "python": [py_version, list(py_internal), py_gauss],
     }
-    return {"rng.torch": torch.get_rng_state()}, meta
+    states = [torch.get_rng_state()] if torch_states is None else list(torch_states)
+    return {torch_rng_key(r): s for r, s in enumerate(states)}, meta
 
 
 def _plain(x):
     return x.item() if hasattr(x, "item") else x
 
 
-def set_rng_state(tensors: dict[str, Tensor], meta: dict) -> None:
-    """Restore what :func:`rng_state` returned."""
-    torch.set_rng_state(tensors["rng.torch"])
+def set_rng_state(
+    tensors: dict[str, Tensor], meta: dict, rank: int = 0, *, torch_state: bool = True
+) -> None:
+    """Restore what :func:`rng_state` returned: rank ``rank``'s torch generator (unless
+    ``torch_state`` is False) and the NumPy and Python generators."""
+    if torch_state:
+        torch.set_rng_state(tensors[torch_rng_key(rank)])
     name, key, pos, has_gauss, cached = meta["numpy"]
     np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached))
     version, internal, gauss = meta["python"]

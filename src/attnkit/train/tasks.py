@@ -4,6 +4,12 @@ trained on the training split, the training examples, and the model that fits th
 Sequence-to-sequence examples are (source ids + [EOS], [BOS] + target ids + [EOS]); lm examples
 are windows of ``block_size + 1`` ids from the training lines joined by [EOS] (stride
 ``block_size // 2``).
+
+Packed runs (``pack``): lm examples are the training lines, each its ids + [EOS] (cut into pieces
+of at most ``max_len + 1`` ids when longer), so no sequence sees another; seq2seq examples stay
+pairs and must fit a row. :attr:`TaskData.pack` then says how batches are cut and packed: the
+same number of ids per batch as the unpacked run on average (``batch_size`` examples for
+seq2seq, ``batch_size`` windows of ``block_size + 1`` ids for lm).
 """
 
 from __future__ import annotations
@@ -26,8 +32,17 @@ from attnkit.train.data import (
     split_heldout,
     synthetic_split,
 )
+from attnkit.train.packing import PackSpec, split_long
 
-__all__ = ["TaskData", "build_model", "lm_stream", "lm_windows", "prepare", "seq2seq_example"]
+__all__ = [
+    "TaskData",
+    "build_model",
+    "lm_sequences",
+    "lm_stream",
+    "lm_windows",
+    "prepare",
+    "seq2seq_example",
+]
 
 SAMPLE = 200
 """Training examples stored with a checkpoint, to measure how well the model fits its data."""
@@ -43,6 +58,7 @@ class TaskData:
     examples: list[tuple[list[int], ...]]
     heldout: list
     train_sample: list
+    pack: PackSpec | None = None
 
 
 def seq2seq_example(tok: Tokenizer, src: str, tgt: str) -> tuple[list[int], list[int]]:
@@ -102,15 +118,39 @@ def prepare(c: TrainConfig, tokenizer: Tokenizer | None = None) -> TaskData:
         train, held = _split_file(read_text_lines(c.data), c, "non-blank lines")
     if c.task == "lm":
         tok = tokenizer or tk.train(train, c.tokenizer, c.vocab_size)
-        stream = lm_stream(tok, train)
-        examples = [(w,) for w in lm_windows(stream, c.block_size, max(c.block_size // 2, 1))]
+        if c.pack:
+            examples = [(p,) for line in train for p in lm_sequences(tok, line, c.max_len)]
+        else:
+            stream = lm_stream(tok, train)
+            examples = [(w,) for w in lm_windows(stream, c.block_size, max(c.block_size // 2, 1))]
         if not examples:
             raise DataError(f"{c.data}: the training split has fewer than 2 tokens")
-        return TaskData("lm", tok, examples, held, _sample(train, SAMPLE, c.seed))
+        spec = PackSpec(c.max_len, c.batch_size * (c.block_size + 1)) if c.pack else None
+        return TaskData("lm", tok, examples, held, _sample(train, SAMPLE, c.seed), spec)
     texts = [s for pair in train for s in pair]
     tok = tokenizer or tk.train(texts, c.tokenizer, c.vocab_size, symbols=c.task in SYNTHETIC)
     examples = [seq2seq_example(tok, s, t) for s, t in train]
-    return TaskData("seq2seq", tok, examples, held, _sample(train, SAMPLE, c.seed))
+    spec = _seq2seq_pack(examples, c) if c.pack else None
+    return TaskData("seq2seq", tok, examples, held, _sample(train, SAMPLE, c.seed), spec)
+
+
+def lm_sequences(tok: Tokenizer, line: str, max_len: int) -> list[list[int]]:
+    """A line's ids + [EOS] as packed lm sequences: one, or pieces of at most max_len + 1 ids."""
+    return split_long(tk.encode(tok, line) + [tk.EOS], max_len)
+
+
+def _seq2seq_pack(examples: list, c: TrainConfig) -> PackSpec:
+    """The pack spec of seq2seq examples; DataError when one does not fit a row."""
+    for i, (s, t) in enumerate(examples):
+        if max(len(s), len(t) - 1) > c.max_len:
+            longest = max(max(len(s), len(t) - 1) for s, t in examples)
+            raise DataError(
+                f"{c.data or c.task}: training example {i + 1} has {max(len(s), len(t) - 1)} "
+                f"tokens on one side, more than a packed row of --max-len {c.max_len}; use "
+                f"--max-len {longest} or more"
+            )
+    mean = sum(len(s) + len(t) for s, t in examples) / len(examples)
+    return PackSpec(c.max_len, max(1, round(c.batch_size * mean)))
 
 
 def model_config(c: TrainConfig, kind: str, vocab_size: int, max_len: int) -> dict:
@@ -125,8 +165,10 @@ def model_config(c: TrainConfig, kind: str, vocab_size: int, max_len: int) -> di
         bos_id=tk.BOS,
         eos_id=tk.EOS,
     )
+    if c.pack or c.window is not None:  # blocksparse has no dropout on attention weights
+        common["attention_dropout"] = 0.0
     if kind == "lm":
-        return dict(vocab_size=vocab_size, num_layers=c.layers, **common)
+        return dict(vocab_size=vocab_size, num_layers=c.layers, window=c.window, **common)
     return dict(
         src_vocab_size=vocab_size,
         tgt_vocab_size=vocab_size,

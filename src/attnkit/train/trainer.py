@@ -6,15 +6,21 @@ Determinism: the weights come from ``torch.manual_seed(seed)``; batches are a fu
 batch); dropout draws from torch's global generator, whose state a checkpoint stores and a
 resumed run restores *after* building the model, optimiser and data order. So the losses after
 ``resume`` equal, bit for bit, those of an uninterrupted run (same machine, same threads).
+
+Several processes (``torchrun``, :mod:`attnkit.train.distributed`): every rank runs this loop on
+its shard of the epoch's batches, the model in DistributedDataParallel; rank 0 alone writes
+checkpoints and ``log.jsonl`` and shows the progress bar; every rank reads a checkpoint the same
+way. Each rank's dropout generator is seeded from (seed, rank) and stored per rank in every
+checkpoint, so a resumed run with the same number of processes is bit-identical too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
-import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +32,11 @@ from attnkit.train.batches import batch_logits, epoch_batches
 from attnkit.train.checkpoint import CheckpointError, write_checkpoint
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
+from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
 from attnkit.train.metrics import exact_match, heldout_loss, translate
-from attnkit.train.progress import Progress
+from attnkit.train.progress import JsonLog, Progress
 from attnkit.train.schedule import noam_lr
-from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state, set_rng_state
+from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state
 from attnkit.train.tasks import (
     TaskData,
     build_model,
@@ -59,15 +66,63 @@ def _check_out(out: Path, resumed: Path | None) -> None:
             )
 
 
-def _loss(model, kind: str, batch: list, smoothing: float) -> tuple[torch.Tensor, int]:
-    logits, y = batch_logits(model, kind, batch)
+def _loss_sum(
+    model, kind: str, batch: list, smoothing: float, pack=None
+) -> tuple[torch.Tensor, int]:
+    """(the summed, label-smoothed cross-entropy of the batch's target tokens: a differentiable
+    0-dim tensor; the number of target tokens). PAD targets count in neither."""
+    logits, y = batch_logits(model, kind, batch, pack)
     loss = F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]),
         y.reshape(-1),
         ignore_index=PAD,
         label_smoothing=smoothing,
+        reduction="sum",
     )
     return loss, int((y != PAD).sum())
+
+
+def _step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    data: TaskData,
+    c: TrainConfig,
+    d: Dist,
+    micro: list[np.ndarray],
+    time_up: Callable[[], bool],
+) -> tuple[float, int, bool]:
+    """One optimiser step on this rank's micro-batches ``micro`` (arrays of example indices);
+    returns (the step's mean token loss over all ranks, its target tokens over all ranks,
+    whether any rank's ``time_up()`` said to stop).
+
+    Normalisation. With W ranks, K micro-batches each, L_rk the summed token losses of
+    micro-batch k on rank r and N = sum N_rk the step's target tokens on all ranks, the step
+    minimises the mean token loss of all W*K micro-batches taken as one batch:
+    ``sum_rk L_rk / N``. Each micro-batch back-propagates its own sum L_rk (under DDP's
+    ``no_sync`` except the last, whose backward all-reduces the accumulated gradients and, as
+    DDP does, divides them by W); one all-reduce of (sum L, N, stop) follows, and the gradients
+    are multiplied by W / N. So W processes x K micro-batches of B sequences give the update
+    of one process with one batch of W*K*B sequences, whatever the padding and however unevenly
+    the tokens fall between micro-batches (a mean per micro-batch would weight them equally and
+    differ); only the order of float additions differs.
+    """
+    opt.zero_grad(set_to_none=True)
+    loss_sum, ntok = 0.0, 0
+    for k, ids in enumerate(micro):
+        batch = [data.examples[i] for i in ids]
+        with d.sync(model, last=k == len(micro) - 1):
+            loss, n = _loss_sum(model, data.kind, batch, c.label_smoothing, data.pack)
+            loss.backward()
+        loss_sum, ntok = loss_sum + loss.item(), ntok + n
+    total, count, stops = d.all_sum([loss_sum, ntok, float(time_up())])
+    scale = d.world_size / max(count, 1.0)
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.mul_(scale)
+    if c.clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip)
+    opt.step()
+    return total / max(count, 1.0), int(count), stops > 0
 
 
 def _heldout_examples(data: TaskData, c: TrainConfig) -> list:
@@ -91,42 +146,42 @@ def _evaluate(model, data: TaskData, c: TrainConfig, held: list, step: int) -> d
     return row
 
 
-class _Log:
-    def __init__(self, path: Path, keep_until: int | None) -> None:
-        self.path = path
-        if keep_until is not None and path.exists():  # resuming: drop what came after
-            kept = [
-                s
-                for s in path.read_text().splitlines()
-                if s and json.loads(s)["step"] <= keep_until
-            ]
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text("".join(s + "\n" for s in kept))
-            os.replace(tmp, path)
-        self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+@dataclass
+class _Start:
+    """What a run starts from, checked on every rank before any process waits for another."""
 
-    def write(self, row: dict) -> None:
-        self.f.write(json.dumps(row) + "\n")
-        self.f.flush()
-
-    def close(self) -> None:
-        self.f.close()
+    data: TaskData
+    model: torch.nn.Module
+    mcfg: dict
+    opt: torch.optim.Optimizer
+    digest: str | None
+    lengths: np.ndarray
+    plan: list[list[np.ndarray]]
+    loaded: session.Loaded | None = None
+    step: int = 0
+    epoch: int = 0
+    index: int = 0
+    tokens: int = 0
+    tensors: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
 
 
-def train(
-    config: TrainConfig,
-    out: str | Path,
-    *,
-    resume: str | Path | None = None,
-    progress: bool = False,
-    echo: Callable[[str], None] = print,
-) -> Path:
-    """Train as ``config`` says, writing checkpoints and ``log.jsonl`` into ``out``; returns the
-    last checkpoint's path. ``resume``: a checkpoint (or run directory) to continue from; its
-    identity options must equal ``config``'s. Nothing is written before the data, the model and
-    the checkpoint to resume have been checked."""
-    c = config.resolved()
-    out = Path(out)
+def _plan(c: TrainConfig, d: Dist, data: TaskData, lengths: np.ndarray, epoch: int) -> list:
+    """This rank's micro-batches of ``epoch``, ``c.accumulate`` per step (a pure function)."""
+    batches = epoch_batches(lengths, c.batch_size, c.seed, epoch, data.pack)
+    plan = shard(batches, d.world_size, d.rank, c.accumulate)
+    if not plan:
+        raise ValueError(
+            f"accumulate: epoch {epoch} has {len(batches)} batches, fewer than one step needs "
+            f"({d.world_size} process(es) x --accumulate {c.accumulate}); use fewer processes, "
+            "a smaller --accumulate or --batch-size, or more data"
+        )
+    return plan
+
+
+def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _Start:
+    """Load and check everything (no collective): the checkpoint to resume, the output
+    directory (rank 0), the data, the model and the optimiser."""
     loaded = None
     if resume is not None:
         loaded = session.load(resume)
@@ -136,7 +191,8 @@ def train(
                 f"{loaded.path / 'config.json'}: the checkpoint comes from another "
                 f"configuration (checkpoint != requested: {'; '.join(diffs)})"
             )
-    _check_out(out, None if loaded is None else loaded.path)
+    if d.is_main:
+        _check_out(out, None if loaded is None else loaded.path)
     if c.threads is not None:
         torch.set_num_threads(c.threads)
     data = prepare(c, None if loaded is None else loaded.tokenizer)
@@ -152,13 +208,15 @@ def train(
     opt = torch.optim.AdamW(
         model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=c.weight_decay
     )
-    step, epoch, index, tokens = 0, 0, 0, 0
+    lengths = np.array([sum(len(x) for x in e) for e in data.examples])
+    s = _Start(data, model, mcfg, opt, digest, lengths, [], loaded)
     if loaded is not None:
-        tensors, st = loaded.state()
+        s.tensors, s.state = loaded.state()
+        st = s.state
         try:
-            load_optimizer_state(opt, tensors, st["optimizer"])
-            step, (epoch, index), tokens = st["step"], st["position"], st["tokens"]
-            stored_digest = st["data_sha256"]
+            load_optimizer_state(opt, s.tensors, st["optimizer"])
+            s.step, (s.epoch, s.index), s.tokens = st["step"], st["position"], st["tokens"]
+            stored_digest, saved_world = st["data_sha256"], int(st.get("world_size", 1))
         except (KeyError, ValueError, TypeError) as e:
             raise CheckpointError(
                 f"{loaded.path / 'state.json'}: unusable training state ({e})"
@@ -168,20 +226,83 @@ def train(
                 f"{c.data}: the file differs from the one {loaded.path} was trained on "
                 "(SHA-256 differs); resume with the same data"
             )
-    lengths = np.array([sum(len(x) for x in e) for e in data.examples])
-    batches = epoch_batches(lengths, c.batch_size, c.seed, epoch)
-    if loaded is not None:  # after the data order is built, so nothing draws after restoring
-        set_rng_state(tensors, st["rng"])
-    held = _heldout_examples(data, c)
+        session.check_world(loaded, saved_world, d.world_size, c.accumulate)
+    s.plan = _plan(c, d, data, lengths, s.epoch)
+    return s
+
+
+def train(
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    resume: str | Path | None = None,
+    progress: bool = False,
+    echo: Callable[[str], None] = print,
+) -> Path:
+    """Train as ``config`` says, writing checkpoints and ``log.jsonl`` into ``out``; returns the
+    last checkpoint's path. ``resume``: a checkpoint (or run directory) to continue from; its
+    identity options must equal ``config``'s. Nothing is written before the data, the model and
+    the checkpoint to resume have been checked.
+
+    Under torchrun every process calls this with the same arguments (see the module docstring):
+    rank 0 writes and prints, and all return when the last checkpoint is written.
+    DistributedError when another process fails or stops responding.
+    """
+    c = config.resolved()
+    d = join(c.dist_timeout)
+    if not d.is_main:  # rank 0 alone prints
+        echo, progress = (lambda _: None), False
+    return _train(c, Path(out), resume, progress, echo, d)
+
+
+def _train(
+    c: TrainConfig,
+    out: Path,
+    resume: str | Path | None,
+    progress: bool,
+    echo: Callable[[str], None],
+    d: Dist,
+) -> Path:
+    try:
+        s = _start(c, out, resume, d)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            d.all_ok(False)  # the other ranks stop too, instead of waiting for this one
+        raise
+    with d.guard("starting"):
+        if not d.all_ok(True):
+            raise DistributedError(
+                f"rank {d.rank}: another process of the run failed to start (its own message "
+                "says why)"
+            )
+        model = d.wrap(s.model)
+    # the generators last: nothing draws between restoring them and training
+    if s.loaded is None and d.enabled:
+        torch.manual_seed(rank_seed(c.seed, d.rank))  # each rank its own dropout
+    elif s.loaded is not None:
+        note = session.restore_rng(
+            s.tensors, s.state, seed=c.seed, rank=d.rank, world_size=d.world_size
+        )
+        if note:
+            echo(note)
+    data, opt, per_step = s.data, s.opt, d.world_size * c.accumulate
+    step, epoch, index, tokens, plan = s.step, s.epoch, s.index, s.tokens, s.plan
+    held = _heldout_examples(data, c) if d.is_main else []
 
     def save() -> Path:
+        with d.guard(f"saving step {step}"):
+            states = d.all_gather(torch.get_rng_state())
+        if not d.is_main:
+            return out / f"step-{step:08d}"
         opt_t, opt_meta = optimizer_state(opt)
-        rng_t, rng_meta = rng_state()
+        rng_t, rng_meta = rng_state(states)
         state = {
-            "data_sha256": digest,
+            "data_sha256": s.digest,
             "step": step,
             "position": [epoch, index],
             "tokens": tokens,
+            "world_size": d.world_size,
+            "accumulate": c.accumulate,
             "optimizer": opt_meta,
             "rng": rng_meta,
             "schedule": {
@@ -191,9 +312,9 @@ def train(
             },
         }
         files = session.checkpoint_files(
-            model=model,
+            model=s.model,
             kind=data.kind,
-            model_config=mcfg,
+            model_config=s.mcfg,
             train_config=c,
             tokenizer=data.tokenizer,
             step=step,
@@ -204,40 +325,42 @@ def train(
         )
         return write_checkpoint(out, step, files, c.keep)
 
-    out.mkdir(parents=True, exist_ok=True)
-    log = _Log(out / LOG, None if loaded is None else step)
-    n_params = sum(p.numel() for p in model.parameters())
+    log = None
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        log = JsonLog(out / LOG, None if s.loaded is None else step)
+    n_params = sum(p.numel() for p in s.model.parameters())
+    procs = "" if not d.enabled else f", {d.world_size} processes"
     echo(
-        f"{'resuming' if loaded else 'training'} {c.task}: {len(data.examples)} training "
+        f"{'resuming' if s.loaded else 'training'} {c.task}: {len(data.examples)} training "
         f"examples, {len(data.heldout)} held out, vocabulary {data.tokenizer.get_vocab_size()}, "
-        f"{n_params:,} parameters; step {step}; writing to {out}"
+        f"{n_params:,} parameters{procs}; step {step}; writing to {out}"
     )
-    first, t0, saved = step, time.monotonic(), None
+    first, first_tokens, t0, saved, stop = step, tokens, time.monotonic(), None, False
+    stepping = 0.0  # seconds inside optimiser steps (no evaluation, no saving)
     bar = Progress(progress, c.max_steps, None if c.max_minutes is None else c.max_minutes * 60)
+
+    def time_up() -> bool:
+        return c.max_minutes is not None and time.monotonic() - t0 >= c.max_minutes * 60
+
     try:
-        while c.max_steps is None or step < c.max_steps:
-            if c.max_minutes is not None and time.monotonic() - t0 >= c.max_minutes * 60:
-                break
-            if index >= len(batches):
+        while not stop and (c.max_steps is None or step < c.max_steps):
+            if index // per_step >= len(plan):
                 epoch, index = epoch + 1, 0
-                batches = epoch_batches(lengths, c.batch_size, c.seed, epoch)
-            batch = [data.examples[i] for i in batches[index]]
-            index, step = index + 1, step + 1
+                plan = _plan(c, d, data, s.lengths, epoch)
+            micro = plan[index // per_step]
+            index, step = index + per_step, step + 1
             lr = noam_lr(step, c.d_model, c.warmup, c.lr_factor)
             for g in opt.param_groups:
                 g["lr"] = lr
-            loss, ntok = _loss(model, data.kind, batch, c.label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if c.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip)
-            opt.step()
-            tokens += ntok
+            t_step = time.monotonic()
+            with d.guard(f"step {step}"):
+                loss_value, ntok, stop = _step(model, opt, data, c, d, micro, time_up)
+            tokens, stepping = tokens + ntok, stepping + time.monotonic() - t_step
             elapsed = time.monotonic() - t0
-            tok_s = (tokens - (0 if loaded is None else st["tokens"])) / max(elapsed, 1e-9)
-            loss_value = loss.item()
+            tok_s = (tokens - first_tokens) / max(elapsed, 1e-9)
             bar.update(step, first, loss_value, tok_s, lr)
-            if step % c.log_every == 0:
+            if log is not None and step % c.log_every == 0:
                 log.write(
                     {
                         "step": step,
@@ -249,17 +372,26 @@ def train(
                         "elapsed_s": round(elapsed, 3),
                     }
                 )
-            if step % c.eval_every == 0:
-                log.write(_evaluate(model, data, c, held, step))
+            if log is not None and step % c.eval_every == 0:
+                log.write(_evaluate(s.model, data, c, held, step))
             if step % c.save_every == 0:
                 saved = save()
-        if step % c.eval_every != 0 and step > first:
-            row = _evaluate(model, data, c, held, step)
-            log.write(row)
+        if log is not None and step % c.eval_every != 0 and step > first:
+            log.write(_evaluate(s.model, data, c, held, step))
         if saved is None or saved.name != f"step-{step:08d}":
             saved = save()
+        with d.guard("finishing"):
+            d.barrier()  # every rank returns once rank 0 has written the checkpoint
+    except DistributedError as e:
+        last = "none written" if saved is None else f"{saved} (--resume it to continue)"
+        raise DistributedError(f"{e}; the last checkpoint: {last}") from None
     finally:
         bar.close()
-        log.close()
-    echo(f"stopped at step {step} after {time.monotonic() - t0:.0f} s; checkpoint {saved}")
+        if log is not None:
+            log.close()
+    speed = (tokens - first_tokens) / max(stepping, 1e-9)
+    echo(
+        f"stopped at step {step} after {time.monotonic() - t0:.0f} s (training: {speed:,.0f} "
+        f"target tokens/s{procs}); checkpoint {saved}"
+    )
     return saved
