@@ -43,6 +43,11 @@ accept: $(STAMP_RUN)
 accept-copy accept-translate accept-lm: $(STAMP_RUN)
 	$(BIN)/python scripts/accept.py $(@:accept-%=%)
 
+# Long-context smoke run: the windowed lm trained at --max-len 16384 (~15 s, checks peak memory).
+.PHONY: long
+long: $(STAMP_DEV)
+	ATTNKIT_LONG=1 $(BIN)/python -m pytest -q tests/train/test_window.py -k long_context
+
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
 
