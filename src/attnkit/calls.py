@@ -21,11 +21,23 @@ from torch import Tensor
 from attnkit import checks
 from attnkit import tensor_checks as tc
 from attnkit.kernels import dispatch
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.base import AttentionCall, Backend, repeat_heads
 from attnkit.kernels.dispatch import CACHE, mask_key, tensor_key
+from attnkit.kernels.numerics import quick_numerics
 from attnkit.masks import Mask, from_tensor
 
-__all__ = ["additive_call", "check_mask", "check_qkv", "dot_call", "probe", "scale_or_default"]
+__all__ = [
+    "additive_call",
+    "check_mask",
+    "check_qkv",
+    "dot_call",
+    "grouped_call",
+    "grouped_for",
+    "probe",
+    "run",
+    "scale_or_default",
+    "select_grouped",
+]
 
 
 def check_qkv(q: object, k: object, v: object, same_width: bool) -> tuple[Tensor, Tensor, Tensor]:
@@ -125,36 +137,57 @@ def scale_or_default(scale: object, d_k: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # calls: validated (or remembered) -> AttentionCall + backend
 # ---------------------------------------------------------------------------------------------
-def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: bool):
-    """(call, backend) for a dot-product call; a remembered signature skips the checks."""
+def _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad) -> tuple:
+    """The key of a call signature (TypeError / AttributeError for arguments that are not
+    tensors or are unhashable: the caller then checks them the slow way)."""
+    return (
+        tag,
+        tensor_key(q),
+        tensor_key(k),
+        tensor_key(v),
+        mask_key(mask, grad),
+        type(scale),
+        scale,
+        type(dropout_p),
+        dropout_p,
+        type(return_weights),
+        return_weights,
+        backend,
+        grad,
+    )
+
+
+def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend):
+    """(key, remembered choice or None); key None when the signature cannot be remembered."""
     grad = torch.is_grad_enabled()
     try:
-        key = (
-            "dot",
-            scaled,
-            tensor_key(q),
-            tensor_key(k),
-            tensor_key(v),
-            mask_key(mask, grad),
-            type(scale),
-            scale,
-            type(dropout_p),
-            dropout_p,
-            type(return_weights),
-            return_weights,
-            backend,
-            grad,
-        )
-        hit = CACHE.get(key, mask) if key[5] is not None else None
+        key = _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad)
     except (AttributeError, TypeError):  # not tensors, or an unhashable option: check below
-        key = hit = None
+        return None, None
+    if key[4] is None:
+        return None, None
+    try:
+        return key, CACHE.get(key, mask)
+    except TypeError:  # an unhashable option
+        return None, None
+
+
+def _call(q, k, v, mask, options: tuple) -> AttentionCall:
+    """The AttentionCall of a remembered signature (the mask tensor lifted as checked before)."""
+    s, p, rw = options
+    if isinstance(mask, Tensor):
+        mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
+    return AttentionCall(
+        kind="dot", q=q, k=k, v=v, mask=mask, scale=s, dropout_p=p, return_weights=rw
+    )
+
+
+def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: bool):
+    """(call, backend) for a dot-product call; a remembered signature skips the checks."""
+    tag = "dot" if scaled else "dot-unscaled"
+    key, hit = _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend)
     if hit is not None:
-        s, p, rw = hit.options
-        if isinstance(mask, Tensor):
-            mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
-        return AttentionCall(
-            kind="dot", q=q, k=k, v=v, mask=mask, scale=s, dropout_p=p, return_weights=rw
-        ), hit.backend
+        return _call(q, k, v, mask, hit.options), hit.backend
     backend = dispatch.check_backend_name(backend)
     rw = checks.flag("return_weights", return_weights)
     p = checks.probability("dropout_p", dropout_p)
@@ -165,9 +198,90 @@ def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: b
     if rw:
         dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
     b = dispatch.select(call, backend)
-    if key is not None and key[5] is not None:
+    if key is not None:
         CACHE.put(key, b, (s, p, rw), mask)
     return call, b
+
+
+# ---------------------------------------------------------------------------------------------
+# grouped-query calls: q (..., H, Lq, dk), k and v (..., G, Lk, d), G dividing H
+# ---------------------------------------------------------------------------------------------
+def select_grouped(batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw, backend):
+    """The backend for an H-head call (batch = (..., H)), chosen on stand-in tensors with H
+    key/value heads, so that the choice is the one of the repeated call and nothing is computed
+    before every check has passed."""
+    if rw:
+        dispatch.check_weights_limit(math.prod(batch), lq, lk)
+    qp, kp, vp = (probe(batch + (n, d), ref, grad) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
+    call = AttentionCall(
+        kind="dot", q=qp, k=kp, v=vp, mask=mask, scale=scale, dropout_p=dropout_p,
+        return_weights=rw,
+    )  # fmt: skip
+    return dispatch.select(call, backend)
+
+
+def grouped_for(b: Backend, call: AttentionCall) -> AttentionCall:
+    """``call`` as backend ``b`` takes it: grouped k and v as they are when ``b`` declares
+    ``supports_gqa`` (no copies), else repeated to q's H heads."""
+    if not call.grouped or b.supports_gqa:
+        return call
+    h = call.q.shape[-3]
+    return AttentionCall(
+        kind="dot", q=call.q, k=repeat_heads(call.k, h), v=repeat_heads(call.v, h),
+        mask=call.mask, scale=call.scale, dropout_p=call.dropout_p,
+        return_weights=call.return_weights,
+    )  # fmt: skip
+
+
+def _check_grouped(q, k, v) -> tuple[Tensor, Tensor, Tensor]:
+    """q (..., H, Lq, dk), k (..., G, Lk, dk), v (..., G, Lk, dv), G dividing H."""
+    q, k, v = (tc.floating_tensor(n, t) for n, t in (("q", q), ("k", k), ("v", v)))
+    if q.dim() < 3:
+        raise ValueError(f"q: expected shape (..., H, Lq, d_k), got {tuple(q.shape)}")
+    for n, t in (("k", k), ("v", v)):
+        tc.like(n, t, q, "q")
+        if t.dim() != q.dim() or t.shape[:-3] != q.shape[:-3]:
+            raise ValueError(
+                f"{n}: expected shape (..., G, Lk, d) with the batch dims of q "
+                f"{tuple(q.shape)}, got {tuple(t.shape)}"
+            )
+    h, g = q.shape[-3], k.shape[-3]
+    if h % g:
+        raise ValueError(f"k: expected G heads dividing q's H = {h}, got shape {tuple(k.shape)}")
+    if v.shape[-3] != g:
+        raise ValueError(f"v: expected G = {g} heads like k, got shape {tuple(v.shape)}")
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        if 0 in t.shape:
+            raise ValueError(f"{n}: expected non-empty dims, got shape {tuple(t.shape)}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
+        )
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
+    return q, k, v
+
+
+def grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend):
+    """(call, backend) for grouped-query attention with G < H key/value heads: the call holds
+    k and v with G heads when the backend declares ``supports_gqa``, else repeated to H. The
+    choice is the one for the repeated call; a remembered signature skips checks and choice."""
+    key, hit = _remembered("gqa", q, k, v, mask, scale, dropout_p, return_weights, backend)
+    if hit is not None:
+        return grouped_for(hit.backend, _call(q, k, v, mask, hit.options)), hit.backend
+    backend = dispatch.check_backend_name(backend)
+    rw = checks.flag("return_weights", return_weights)
+    p = checks.probability("dropout_p", dropout_p)
+    q, k, v = _check_grouped(q, k, v)
+    s = scale_or_default(scale, q.shape[-1])
+    batch, lq, lk = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2]
+    m = check_mask(mask, batch, lq, lk, q.device)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    b = select_grouped(batch, lq, lk, q.shape[-1], v.shape[-1], q, grad, m, s, p, rw, backend)
+    if key is not None:
+        CACHE.put(key, b, (s, p, rw), mask)
+    call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
+    return grouped_for(b, call), b
 
 
 def additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend):
@@ -195,6 +309,15 @@ def additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend):
     if rw:
         dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
     return call, backend
+
+
+def run(b: Backend, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
+    """``b.run(call)``; a dot-product call first gets the cheap numerics scan
+    (:func:`~attnkit.kernels.numerics.quick_numerics`), which settles the NaN/overflow policy of
+    most calls with one fast reduction per tensor before the backend applies it."""
+    if call.kind == "dot":
+        quick_numerics(call)
+    return b.run(call)
 
 
 def weight(name: str, w: object, rows: int | None, cols: int, what: str, ref: Tensor) -> Tensor:

@@ -28,8 +28,6 @@ step, a training loop's batches) pay the checks and the choice once per signatur
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -94,7 +92,7 @@ def scaled_dot_product_attention(
         out = dropout(w) @ v
     """
     call, b = C.dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, True)
-    out, weights = b.run(call)
+    out, weights = C.run(b, call)
     return (out, weights) if return_weights else out
 
 
@@ -111,7 +109,7 @@ def dot_product_attention(
     """Unscaled dot-product attention softmax(q kᵀ + mask) v (seed 004); shapes as in
     :func:`scaled_dot_product_attention`."""
     call, b = C.dot_call(q, k, v, mask, None, dropout_p, return_weights, backend, False)
-    out, weights = b.run(call)
+    out, weights = C.run(b, call)
     return (out, weights) if return_weights else out
 
 
@@ -209,33 +207,6 @@ def explain_dispatch(
 # ---------------------------------------------------------------------------------------------
 # multi-head plumbing
 # ---------------------------------------------------------------------------------------------
-def _run_grouped(b, q, k, v, mask, scale, dropout_p, return_weights):
-    """Run q (..., H, Lq, dk) against k, v with G heads on backend ``b`` (already chosen for
-    the H-head call): k and v as they are when ``b`` declares ``supports_gqa`` (SDPA's native
-    grouped-query path), else repeated to H heads."""
-    h = q.shape[-3]
-    if k.shape[-3] != h and not getattr(b, "supports_gqa", False):
-        k, v = repeat_kv_heads(k, h), repeat_kv_heads(v, h)
-    call = AttentionCall(
-        kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
-        return_weights=return_weights,
-    )  # fmt: skip
-    return b.run(call)
-
-
-def _select_grouped(batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw, backend):
-    """The backend for an H-head call (batch = (..., H)), chosen on stand-in tensors so that
-    nothing is computed before every check has passed."""
-    if rw:
-        dispatch.check_weights_limit(math.prod(batch), lq, lk)
-    qp, kp, vp = (C.probe(batch + (n, d), ref, grad) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
-    call = AttentionCall(
-        kind="dot", q=qp, k=kp, v=vp, mask=mask, scale=scale, dropout_p=dropout_p,
-        return_weights=rw,
-    )  # fmt: skip
-    return dispatch.select(call, backend)
-
-
 def grouped_query_attention(
     q: Tensor,
     k: Tensor,
@@ -262,42 +233,14 @@ def grouped_query_attention(
     (it receives them with G heads, e.g. for SDPA's ``enable_gqa``); otherwise they are
     repeated with :func:`repeat_kv_heads`.
     """
-    q, k, v = (tc.floating_tensor(n, t) for n, t in (("q", q), ("k", k), ("v", v)))
-    if q.dim() < 3:
-        raise ValueError(f"q: expected shape (..., H, Lq, d_k), got {tuple(q.shape)}")
-    for n, t in (("k", k), ("v", v)):
-        tc.like(n, t, q, "q")
-        if t.dim() != q.dim() or t.shape[:-3] != q.shape[:-3]:
-            raise ValueError(
-                f"{n}: expected shape (..., G, Lk, d) with the batch dims of q "
-                f"{tuple(q.shape)}, got {tuple(t.shape)}"
-            )
-    h, g = q.shape[-3], k.shape[-3]
-    if h % g:
-        raise ValueError(f"k: expected G heads dividing q's H = {h}, got shape {tuple(k.shape)}")
-    if v.shape[-3] != g:
-        raise ValueError(f"v: expected G = {g} heads like k, got shape {tuple(v.shape)}")
-    kw = dict(scale=scale, dropout_p=dropout_p, return_weights=return_weights, backend=backend)
-    if g == h:
-        return scaled_dot_product_attention(q, k, v, mask, **kw)
-    backend = dispatch.check_backend_name(backend)
-    rw = checks.flag("return_weights", return_weights)
-    p = checks.probability("dropout_p", dropout_p)
-    for n, t in (("q", q), ("k", k), ("v", v)):
-        if 0 in t.shape:
-            raise ValueError(f"{n}: expected non-empty dims, got shape {tuple(t.shape)}")
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
-        )
-    if v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
-    s = C.scale_or_default(scale, q.shape[-1])
-    batch, lq, lk = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2]
-    m = C.check_mask(mask, batch, lq, lk, q.device)
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    b = _select_grouped(batch, lq, lk, q.shape[-1], v.shape[-1], q, grad, m, s, p, rw, backend)
-    out, weights = _run_grouped(b, q, k, v, m, s, p, rw)
+    if isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() >= 3 and k.dim() == q.dim():
+        if k.shape[-3] == q.shape[-3]:  # G = H: plain attention (checks remembered there)
+            return scaled_dot_product_attention(
+                q, k, v, mask, scale=scale, dropout_p=dropout_p,
+                return_weights=return_weights, backend=backend,
+            )  # fmt: skip
+    call, b = C.grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend)
+    out, weights = C.run(b, call)
     return (out, weights) if return_weights else out
 
 
@@ -385,13 +328,14 @@ def multi_head_attention(
     backend = dispatch.check_backend_name(backend)
     ts = (query, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
-    b = _select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend)
+    b = C.select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend)
 
     f = torch.nn.functional.linear
     q = split_heads(f(query, w_q, b_q), h)  # (B, H, Lq, dk)
     k = split_heads(f(key, w_k, b_k), g)  # (B, G, Lk, dk)
     v = split_heads(f(value, w_v, b_v), g)  # (B, G, Lk, dv)
-    out, weights = _run_grouped(b, q, k, v, m, s, p, rw)
+    call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
+    out, weights = C.run(b, C.grouped_for(b, call))
     out = f(merge_heads(out), w_o, b_o)
     if weights is not None and avg:
         weights = weights.mean(dim=1)

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from attnkit import checks
 from attnkit import tensor_checks as tc
+from attnkit.kernels.base import repeat_heads
 
 __all__ = ["merge_heads", "repeat_kv_heads", "split_heads"]
 
@@ -46,8 +47,4 @@ def repeat_kv_heads(x: Tensor, num_heads: int) -> Tensor:
         raise ValueError(
             f"x: expected shape (..., G, L, d) with G dividing num_heads={n}, got {tuple(x.shape)}"
         )
-    g = x.shape[-3]
-    if g == n:
-        return x
-    lead, (length, d) = tuple(x.shape[:-3]), x.shape[-2:]
-    return x.unsqueeze(-3).expand(lead + (g, n // g, length, d)).reshape(lead + (n, length, d))
+    return repeat_heads(x, n)

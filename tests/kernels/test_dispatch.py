@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
 import torch
 
 from attnkit import functional as F
 from attnkit import masks as M
+from attnkit import reference as R
 from attnkit.kernels import BACKENDS, dispatch
 from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.dispatch import WEIGHTS_LIMIT
+from tests.support.numerics import TOL, rel_err
 
 
 @pytest.fixture(autouse=True)
@@ -234,3 +238,68 @@ def test_explain_never_remembers():
     assert len(dispatch.CACHE) == 0
     call = AttentionCall(kind="dot", q=q, k=k, v=v)
     assert dispatch.explain(call).chosen == dispatch.select(call).name
+
+
+def rand(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatcher (moved from tests/test_functional.py)
+# ---------------------------------------------------------------------------------------------
+def test_explain_dispatch_chooses_dense_without_mask():
+    q = torch.randn(2, 3, 8, 16)
+    d = F.explain_dispatch(q, q, q)
+    assert d.chosen == "dense", str(d)
+    assert set(d.reasons) >= {"dense", "math"}
+    assert d.reasons["math"] == []  # math could serve it, but comes later
+    text = str(d)
+    assert "backend: dense" in text and "math" in text
+
+
+def test_explain_dispatch_weights_go_to_math():
+    q = torch.randn(1, 5, 4)
+    d = F.explain_dispatch(q, q, q, M.causal(), return_weights=True)
+    assert d.chosen == "math"
+    assert any("weights" in r for r in d.reasons["dense"])
+
+
+def test_forced_backend_that_cannot_serve_raises_with_reasons():
+    q = torch.randn(1, 5, 4)
+    reasons = F.explain_dispatch(q, q, q, return_weights=True, backend="dense").reasons["dense"]
+    assert reasons
+    with pytest.raises(ValueError) as info:
+        F.scaled_dot_product_attention(q, q, q, return_weights=True, backend="dense")
+    msg = str(info.value)
+    assert msg.startswith("backend") and "'dense'" in msg
+    for reason in reasons:
+        assert reason in msg
+    w = torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"^backend.*'dense'.*score kind"):
+        F.additive_attention(q, q, q, w, w, torch.randn(3), backend="dense")
+
+
+def test_forced_backend_ignores_speed_reasons():
+    """auto skips blocksparse on plain causal (dense is faster); forcing it still runs, exactly."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = rand(g, 2, 97, 8), rand(g, 2, 97, 8), rand(g, 2, 97, 5)
+    auto = F.explain_dispatch(q, k, v, M.causal())
+    assert auto.chosen == "dense" and any("causal" in r for r in auto.reasons["blocksparse"])
+    forced = F.explain_dispatch(q, k, v, M.causal(), backend="blocksparse")
+    assert forced.chosen == "blocksparse"
+    out = F.scaled_dot_product_attention(q, k, v, M.causal(), backend="blocksparse")
+    ref = R.scaled_dot_product(
+        q.numpy(), k.numpy(), v.numpy(), mask=np.tril(np.ones((97, 97), bool))
+    )
+    assert rel_err(out, ref.output) <= TOL[torch.float64]
+
+
+def test_return_weights_too_large_raises_and_explains():
+    lq = WEIGHTS_LIMIT // 4096 + 1
+    q, k = torch.randn(lq, 1), torch.randn(4096, 1)
+    with pytest.raises(ValueError) as info:
+        F.scaled_dot_product_attention(q, k, k, return_weights=True)
+    msg = str(info.value)
+    assert msg.startswith("return_weights") and f"{lq * 4096:,}" in msg
+    assert "slice" in msg  # says how to ask for fewer
+    F.scaled_dot_product_attention(q[:5], k, k, return_weights=True)  # a slice is fine

@@ -21,15 +21,14 @@ from attnkit.masks import Mask
 
 ScoreKind = Literal["dot", "additive"]
 
-WEIGHTS_LIMIT = 2**26
-"""Most attention-weight entries (B*H*Lq*Lk) returned by ``return_weights=True`` (256 MiB fp32)."""
-
 
 @dataclass(frozen=True)
 class AttentionCall:
     """One validated attention call.
 
-    q: (..., Lq, dk), k: (..., Lk, dk), v: (..., Lk, dv).
+    q: (..., Lq, dk), k: (..., Lk, dk), v: (..., Lk, dv). A *grouped* call (grouped-query
+    attention, only for backends that declare ``supports_gqa``) has q (..., H, Lq, dk) and
+    k, v (..., G, Lk, d) with G dividing H: query head h reads key/value head h // (H / G).
     For ``kind="additive"``: ``w_q`` (h, dk_q), ``w_k`` (h, dk), ``w_v`` (h,) and ``scale`` 1.
     ``mask`` is a mask object whose batch_shape lines up with the leading dims of ``q`` (see
     :mod:`attnkit.masks`) or None.
@@ -59,6 +58,11 @@ class AttentionCall:
     @property
     def kv_len(self) -> int:
         return self.k.shape[-2]
+
+    @property
+    def grouped(self) -> bool:
+        """True when k and v have fewer heads (dim -3) than q (grouped-query attention)."""
+        return self.k.shape[:-2] != self.q.shape[:-2]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -103,6 +107,16 @@ class AttentionCall:
         return self._cache[key]
 
 
+def repeat_heads(x: Tensor, n: int) -> Tensor:
+    """(..., G, L, d) -> (..., n, L, d) with head h a copy of head h // (n / G) (unchecked: G
+    divides n); ``x`` itself when G = n. As ``x.repeat_interleave(n // G, dim=-3)``."""
+    g = x.shape[-3]
+    if g == n:
+        return x
+    lead, (length, d) = tuple(x.shape[:-3]), x.shape[-2:]
+    return x.unsqueeze(-3).expand(lead + (g, n // g, length, d)).reshape(lead + (n, length, d))
+
+
 def lift_mask_tensor(t: Tensor, mask_batch_ndim: int, batch_ndim: int) -> Tensor:
     """Reshape a mask tensor ``mask_batch_shape + (Lq, Lk)`` so that its batch dims line up with
     the leading dims of a ``batch_ndim``-dimensional batch (singletons appended)."""
@@ -135,6 +149,8 @@ class Backend:
     supports_weights: ClassVar[bool] = False
     supports_dropout: ClassVar[bool] = False
     supports_bias: ClassVar[bool] = True
+    supports_gqa: ClassVar[bool] = False
+    """Takes grouped calls (k, v with G < H heads, see :class:`AttentionCall`) without copies."""
 
     def available(self) -> str | None:
         """None when usable in this installation, else the reason it is not."""
@@ -160,6 +176,8 @@ class Backend:
             r.append("no backward (inputs require grad)")
         if call.mask is not None and call.mask.has_bias and not self.supports_bias:
             r.append("no additive score bias")
+        if call.grouped and not self.supports_gqa:
+            r.append("no grouped k/v heads (supports_gqa)")
         r.extend(self.extra_reasons(call))
         return r
 

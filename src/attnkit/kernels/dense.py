@@ -5,16 +5,23 @@ enough to materialise (at most DENSE_MASK_LIMIT entries). Rows that a mask leave
 key are computed with a harmless mask and then zeroed, so they give 0, not NaN. The NaN/inf
 policy of :mod:`attnkit.kernels.numerics` applies: half types keep their bias in float32 (SDPA
 computes in float32 for them), overflowing calls run in float64.
+
+Grouped-query calls (k, v with G < H heads) run on SDPA's ``enable_gqa=True``: PyTorch's CPU
+flash kernel reads key/value head h // (H / G) for query head h, forward and backward, without
+copying k and v. The rare calls that leave the fused path (non-finite inputs, scores too large
+for a fused backward) get k and v repeated to H heads first (:func:`ungrouped`).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend
-from attnkit.kernels.numerics import fused_backward_ok, run_dot
+from attnkit.kernels.base import AttentionCall, Backend, repeat_heads
+from attnkit.kernels.numerics import fused_backward_ok, numerics, quick_numerics, run_dot
 from attnkit.kernels.torch_math import plain_attention
 
 DENSE_MASK_LIMIT = 2**26
@@ -48,6 +55,8 @@ def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
     if compute == torch.float64 and q.dtype != torch.float64:  # P5: overflowing scores
         q, k, v = q.double(), k.double(), v.double()
     kw = dict(dropout_p=call.dropout_p, scale=call.scale)
+    if call.grouped:
+        kw["enable_gqa"] = True
     if call.mask is None:
         return F.scaled_dot_product_attention(q, k, v, **kw), None
     if is_plain_causal(call.mask):
@@ -61,12 +70,22 @@ def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
     return out, None
 
 
+def ungrouped(call: AttentionCall) -> AttentionCall:
+    """``call`` with k and v repeated to q's heads (``call`` itself when it is not grouped)."""
+    if not call.grouped:
+        return call
+    h = call.q.shape[-3]
+    k, v = repeat_heads(call.k, h), repeat_heads(call.v, h)
+    return dataclasses.replace(call, k=k, v=v, _cache={})
+
+
 class DenseBackend(Backend):
     name = "dense"
     kinds = ("dot",)
     dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     devices = ("cpu", "cuda", "mps")
     supports_dropout = True
+    supports_gqa = True
 
     def extra_reasons(self, call: AttentionCall) -> list[str]:
         if call.mask is None or is_plain_causal(call.mask):
@@ -80,4 +99,7 @@ class DenseBackend(Backend):
         return []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
+        quick_numerics(call)  # settles the policy cheaply for most calls (else run_dot's scan)
+        if call.grouped and not (numerics(call)[1] and fused_backward_ok(call)):
+            call = ungrouped(call)  # the policy's and the plain-softmax paths need H heads
         return run_dot(call, _dense)

@@ -134,12 +134,21 @@ def _row_norm_bound(call: AttentionCall) -> float:
     return float(qn * kn) * call.scale
 
 
+def _storage_order(t: Tensor) -> Tensor:
+    """``t`` with its dims permuted by decreasing stride: a view with the same elements that is
+    contiguous for any permuted layout (transformers' (B, L, H, d).transpose(1, 2)), so a
+    whole-tensor reduction reads it in place (aminmax on the transposed view copies it first)."""
+    return t.permute(sorted(range(t.dim()), key=lambda i: -t.stride(i)))
+
+
 def numerics(call: AttentionCall) -> tuple[torch.dtype, bool]:
     """(compute dtype, all inputs finite) for a dot-product call, with one host sync. Cached on
     the call."""
     key = "numerics"
     if key not in call._cache:
-        ends = [e for t in (call.q, call.k, call.v) for e in torch.aminmax(t.detach())]
+        ends = [
+            e for t in (call.q, call.k, call.v) for e in torch.aminmax(_storage_order(t.detach()))
+        ]
         vals = torch.stack(ends).tolist()  # q, k, v share one dtype
         qm, km = max(-vals[0], vals[1]), max(-vals[2], vals[3])
         bm, bad_bias = 0.0, False
@@ -227,3 +236,48 @@ def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
         out = torch.where(bad, math.nan, out)
         weights = None if weights is None else torch.where(bad, math.nan, weights)
     return out, weights
+
+
+# ---------------------------------------------------------------------------------------------
+# quick_numerics: a cheaper scan that decides most calls as numerics() would (added for issue 9's
+# per-call overhead; numerics() above is unchanged and remains the definition)
+# ---------------------------------------------------------------------------------------------
+def quick_numerics(call: AttentionCall) -> bool:
+    """Fill the cache of :func:`numerics` for ``call`` from a cheaper scan when that scan proves
+    the outcome numerics() would reach; True when it did (False: nothing cached, numerics() will
+    run its full scan).
+
+    The scan is one reduction per tensor, each cheaper than aminmax: ||q||_F, ||k||_F (torch's
+    vector_norm, any layout, torch's own thread pool) and sum(v). A finite sum(v) proves every v
+    finite (NaN and +-inf propagate through a sum; a sum that overflows only sends the call to
+    the full scan), likewise a finite norm for q and k. ``||q||_F * ||k||_F * scale`` bounds
+    every |q_i . k_j| * scale from above, so it bounds the tight (Cauchy-Schwarz) score bound of
+    numerics(); when it stays below both of numerics()'s thresholds (overflow, and for calls
+    that need gradients the fused-backward limit), numerics() would keep the compute dtype and
+    find the fused backward exact: that outcome is cached. The norms are inflated by their
+    worst-case rounding (n * eps). Only float32/float64 dot-product calls whose mask has no
+    bias take this path; the others go to numerics()."""
+    if "numerics" in call._cache:
+        return True
+    dtype = call.dtype
+    if dtype not in (torch.float32, torch.float64) or call.kind != "dot":
+        return False
+    if call.mask is not None and call.mask.has_bias:
+        return False
+    n = max(call.q.numel(), call.k.numel())
+    fi = torch.finfo(dtype)
+    if n * fi.eps >= 0.25:
+        return False
+    q, k, v = (t.detach() if t.requires_grad else t for t in (call.q, call.k, call.v))
+    norm = torch.linalg.vector_norm
+    qn, kn, vs = norm(q).item(), norm(k).item(), v.sum().item()  # cheaper than stack + tolist
+    if not math.isfinite(qn + kn + vs):
+        return False  # a non-finite input, or a scan that overflowed: the full scan decides
+    bound = qn * kn * (1 + 4 * n * fi.eps) * call.scale
+    if not bound < fi.max / OVERFLOW_MARGIN:
+        return False
+    if call.needs_grad and not bound * fi.eps < GRAD_SCORE_ERROR:
+        return False
+    call._cache["numerics"] = (dtype, True)
+    call._cache["fused-backward-ok"] = True
+    return True

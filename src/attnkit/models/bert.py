@@ -1,10 +1,10 @@
 """A BERT-family encoder (BERT, MiniLM, all-MiniLM-L6-v2): config, modules, model.
 
 Absolute positions, token types, GELU (erf), post-norm blocks of
-:class:`attnkit.nn.transformer.TransformerEncoderLayer`. :meth:`BertModel.from_pretrained`
-loads a HuggingFace-layout directory; the reading, checking and renaming of its files
-(``config.json``, ``model.safetensors``, ``tokenizer.json`` / ``vocab.txt``, the
-sentence-transformers files) lives in :mod:`attnkit.models.hf_loading`.
+:class:`attnkit.nn.encoder.TransformerEncoderLayer` (:func:`bert_layer`).
+:meth:`BertModel.from_pretrained` loads a HuggingFace-layout directory; the reading, checking
+and renaming of its files (``config.json``, ``model.safetensors``, ``tokenizer.json`` /
+``vocab.txt``, the sentence-transformers files) lives in :mod:`attnkit.models.hf_loading`.
 
 Shape legend: ``B`` batch, ``L`` sequence length (tokens, padded to the batch maximum), ``E``
 hidden size, ``H`` attention heads, ``N`` number of texts.
@@ -31,12 +31,12 @@ from tokenizers import Encoding, Tokenizer
 from torch import Tensor, nn
 
 from attnkit import checks
-from attnkit.masks import Mask, from_key_padding_mask
+from attnkit.masks import from_key_padding_mask
 from attnkit.models import bert_inputs
 from attnkit.models import hf_loading as hf
 from attnkit.models.bert_inputs import BertInputs
 from attnkit.models.hf_loading import SentencePooling
-from attnkit.nn.transformer import TransformerEncoderLayer
+from attnkit.nn.encoder import TransformerEncoderLayer
 from attnkit.tensor_checks import float_dtype
 
 __all__ = ["BertConfig", "BertInputs", "BertModel", "BertOutput", "SentencePooling"]
@@ -165,48 +165,33 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
-class BertLayer(TransformerEncoderLayer):
-    """One BERT block: a post-norm GELU :class:`~attnkit.nn.transformer.TransformerEncoderLayer`
-    whose :meth:`attend` also returns the per-head attention weights::
+def bert_layer(config: BertConfig) -> TransformerEncoderLayer:
+    """One BERT block, a :class:`~attnkit.nn.encoder.TransformerEncoderLayer` (post-norm, GELU)::
 
         x = norm1(x + dropout1(self_attn(x)))
         x = norm2(x + dropout2(linear2(gelu(linear1(x)))))
 
-    BERT has no dropout between the activation and ``linear2`` (the layer's ``dropout`` is set
-    to p = 0; this only matters in training mode), and its attention-probability dropout is
-    the config's ``attention_probs_dropout_prob``.
-    """
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(
-            config.hidden_size,
-            config.num_attention_heads,
-            config.intermediate_size,
-            dropout=config.hidden_dropout_prob,
-            activation="gelu",
-            layer_norm_eps=config.layer_norm_eps,
-            batch_first=True,
-            norm_first=False,
-        )
-        self.self_attn.dropout = config.attention_probs_dropout_prob
-        self.dropout.p = 0.0
-
-    def attend(
-        self, x: Tensor, mask: Mask | None = None, return_weights: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, L, E) -> ((B, L, E), weights (B, H, L, L) or None); mask: True = may
-        attend. The same computation as :meth:`forward`."""
-        a, w = self.self_attn(x, mask=mask, return_weights=return_weights)
-        x = self.norm1(x + self.dropout1(a))
-        f = self.linear2(F.gelu(self.linear1(x)))
-        return self.norm2(x + self.dropout2(f)), w
+    with the config's ``attention_probs_dropout_prob`` on the attention weights and no dropout
+    between the activation and ``linear2`` (as BERT; this only matters in training mode)."""
+    return TransformerEncoderLayer(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.intermediate_size,
+        dropout=config.hidden_dropout_prob,
+        activation="gelu",
+        layer_norm_eps=config.layer_norm_eps,
+        batch_first=True,
+        norm_first=False,
+        attention_dropout=config.attention_probs_dropout_prob,
+        activation_dropout=0.0,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # the model
 # ---------------------------------------------------------------------------------------------
 class BertModel(nn.Module):
-    """BERT encoder: embeddings, then ``num_hidden_layers`` :class:`BertLayer` blocks.
+    """BERT encoder: embeddings, then ``num_hidden_layers`` blocks (:func:`bert_layer`).
 
     Build with :meth:`from_pretrained`; call as ``model(input_ids, attention_mask)``; sentence
     embeddings with :meth:`embed`. A loaded model is in eval mode.
@@ -223,7 +208,7 @@ class BertModel(nn.Module):
             raise TypeError(f"config: expected a BertConfig, got {type(config).__name__}")
         self.config = config
         self.embeddings = BertEmbeddings(config)
-        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(bert_layer(config) for _ in range(config.num_hidden_layers))
         self.tokenizer = tokenizer
         self.pooling = pooling or SentencePooling(max_seq_length=config.max_position_embeddings)
         self.name_or_path = ""
@@ -318,7 +303,9 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         weights = []
         for layer in self.layers:
-            x, w = layer.attend(x, mask, output_attentions)
+            x, w = (
+                layer(x, mask, return_weights=True) if output_attentions else (layer(x, mask), None)
+            )
             weights.append(w)
         return BertOutput(x, tuple(weights) if output_attentions else None)
 

@@ -13,13 +13,9 @@ from collections.abc import Callable
 from torch import Tensor
 
 from attnkit import functional
-from attnkit.kernels import BACKENDS
 from attnkit.masks import Mask
 
 __all__ = ["AttentionFn", "default_attention"]
-
-_ANY_GQA = any(getattr(b, "supports_gqa", False) for b in BACKENDS.values())
-"""Whether some backend takes grouped k/v heads without copying them (SDPA's enable_gqa)."""
 
 AttentionFn = Callable[..., tuple[Tensor, Tensor | None]]
 """``attention_fn(q, k, v, mask, *, dropout_p, return_weights) -> (out, weights | None)``:
@@ -40,16 +36,12 @@ def default_attention(
     return_weights: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """The default ``attention_fn`` (shapes in :data:`AttentionFn`):
-    :func:`attnkit.functional.grouped_query_attention` (scale 1/sqrt(d), the fastest backend,
-    SDPA's native grouped-query path where it applies); with G = H it calls
-    :func:`~attnkit.functional.scaled_dot_product_attention` directly (the same computation,
-    which remembers its checks and choice per call signature)."""
-    h = q.shape[-3]
-    if k.shape[-3] != h and not _ANY_GQA:
-        # no backend takes grouped k/v without copies yet: repeat them here so the call goes
-        # through scaled_dot_product_attention, which remembers its checks per signature
-        k, v = functional.repeat_kv_heads(k, h), functional.repeat_kv_heads(v, h)
-    grouped = k.shape[-3] != h
+    :func:`attnkit.functional.grouped_query_attention` (scale 1/sqrt(d), the fastest backend;
+    k and v reach a backend that declares ``supports_gqa``, such as ``dense`` with SDPA's
+    ``enable_gqa``, with their G heads, uncopied); with G = H it calls
+    :func:`~attnkit.functional.scaled_dot_product_attention` directly. Both remember their
+    checks and choice per call signature."""
+    grouped = k.shape[-3] != q.shape[-3]
     fn = functional.grouped_query_attention if grouped else functional.scaled_dot_product_attention
     res = fn(q, k, v, mask, dropout_p=dropout_p, return_weights=return_weights)
     return res if return_weights else (res, None)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from attnkit import checks
 from attnkit.masks import Mask
 from attnkit.nn.attention import MultiHeadAttention
 from attnkit.nn.transformer_parts import (
@@ -33,8 +34,20 @@ __all__ = ["TransformerEncoder", "TransformerEncoderLayer"]
 class TransformerEncoderLayer(FeedForward):
     """Self-attention then a feed-forward block, each with a residual and a LayerNorm.
 
-    Args: as ``torch.nn.TransformerEncoderLayer`` (``activation`` "relu" or "gelu"), but
-    ``batch_first`` defaults to True.
+    Post-norm (``norm_first=False``, the default, as BERT)::
+
+        x = norm1(x + dropout1(self_attn(x)))
+        x = norm2(x + dropout2(linear2(dropout(activation(linear1(x))))))
+
+    pre-norm (``norm_first=True``): ``x = x + dropout1(self_attn(norm1(x)))``, then
+    ``x = x + dropout2(ff(norm2(x)))``.
+
+    Args: as ``torch.nn.TransformerEncoderLayer`` (``activation`` "relu" or "gelu", the exact
+    erf GELU), but ``batch_first`` defaults to True; and, keyword-only:
+        attention_dropout: dropout on the attention weights (default ``dropout``; BERT's
+            ``attention_probs_dropout_prob``).
+        activation_dropout: dropout between the activation and ``linear2`` (default
+            ``dropout`` as torch; BERT has none: 0.0).
     Submodules (torch names): ``self_attn``, ``linear1``, ``dropout``, ``linear2``, ``norm1``,
     ``norm2``, ``dropout1``, ``dropout2``.
     """
@@ -52,6 +65,9 @@ class TransformerEncoderLayer(FeedForward):
         bias: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        attention_dropout: float | None = None,
+        activation_dropout: float | None = None,
     ) -> None:
         super().__init__()
         a = layer_args(
@@ -66,11 +82,18 @@ class TransformerEncoderLayer(FeedForward):
             dtype,
         )
         d_model, dropout, bias, eps = a["d_model"], a["dropout"], a["bias"], a["layer_norm_eps"]
+        p_attn, p_act = (
+            dropout if p is None else checks.probability(name, p)
+            for name, p in (
+                ("attention_dropout", attention_dropout),
+                ("activation_dropout", activation_dropout),
+            )
+        )
         kw = {"device": a["device"], "dtype": a["dtype"]}
         self.self_attn = MultiHeadAttention(
-            d_model, a["nhead"], bias=bias, dropout=dropout, batch_first=a["batch_first"], **kw
+            d_model, a["nhead"], bias=bias, dropout=p_attn, batch_first=a["batch_first"], **kw
         )
-        self._init_ff(d_model, a["dim_feedforward"], dropout, a["activation"], bias, kw)
+        self._init_ff(d_model, a["dim_feedforward"], p_act, a["activation"], bias, kw)
         self.norm_first = a["norm_first"]
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias, **kw)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias, **kw)
@@ -81,17 +104,23 @@ class TransformerEncoderLayer(FeedForward):
     def batch_first(self) -> bool:
         return self.self_attn.batch_first
 
-    def forward(self, src: Tensor, mask: MaskLike = None) -> Tensor:
+    def forward(
+        self, src: Tensor, mask: MaskLike = None, *, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """src: (B, S, E) -> (B, S, E). ``mask``: True = may attend, over (S, S) per batch
-        element (e.g. ``key_padding(lengths)``, ``causal() & from_key_padding_mask(pad)``)."""
+        element (e.g. ``key_padding(lengths)``, ``causal() & from_key_padding_mask(pad)``).
+        With ``return_weights=True``: (output, the self-attention weights (B, H, S, S))."""
+        return_weights = checks.flag("return_weights", return_weights)
         x = self.check_inputs(src, mask)
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), mask)
+            a, w = self._sa_block(self.norm1(x), mask, return_weights)
+            x = x + a
             x = x + self.dropout2(self._ff_block(self.norm2(x)))
         else:
-            x = self.norm1(x + self._sa_block(x, mask))
+            a, w = self._sa_block(x, mask, return_weights)
+            x = self.norm1(x + a)
             x = self.norm2(x + self.dropout2(self._ff_block(x)))
-        return x
+        return (x, w) if return_weights else x
 
     def check_inputs(self, src: object, mask: object, mask_name: str = "mask") -> Tensor:
         """Check ``src`` and its self-attention mask (named as the caller passed them)."""
@@ -100,8 +129,11 @@ class TransformerEncoderLayer(FeedForward):
         check_attn_mask(mask_name, mask, b, self.self_attn.num_heads, s, s, x)
         return x
 
-    def _sa_block(self, x: Tensor, mask: MaskLike) -> Tensor:
-        return self.dropout1(self.self_attn(x, mask=mask)[0])
+    def _sa_block(
+        self, x: Tensor, mask: MaskLike, return_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        a, w = self.self_attn(x, mask=mask, return_weights=return_weights)
+        return self.dropout1(a), w
 
     @classmethod
     def from_torch(cls, m: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
