@@ -28,8 +28,6 @@ it runs with fewer heads and its time and memory are scaled up to H = 8 (marked 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import subprocess
 import sys
@@ -37,7 +35,15 @@ import tempfile
 import time
 
 import torch
-from common import interleaved_medians, main, peak_memory_mib, row
+from common import (
+    chosen_backend,
+    interleaved_medians,
+    main,
+    mem_available_bytes,
+    rel_err,
+    row,
+    trimmed_peak_memory_mib,
+)
 from torch.utils.checkpoint import checkpoint
 
 import attnkit
@@ -92,32 +98,7 @@ def ours(q, k, v, w_q, w_k, w_v):
 
 def _backend(xs) -> str:
     q, k, v, w_q, w_k, w_v = xs
-    return str(attnkit.explain_dispatch(q, k, v, kind="additive", w_q=w_q, w_k=w_k, w_v=w_v).chosen)
-
-
-def _rel_err(a: torch.Tensor, b: torch.Tensor) -> str:
-    a, b = a.detach().double(), b.detach().double()
-    return f"{float((a - b).norm() / b.norm()):.1e}"
-
-
-def _mem_available_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _peak_mib(fn) -> float:
-    """Peak RSS growth of one call of ``fn`` (MiB), after returning free heap memory to the OS."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the number is a lower bound
-        pass
-    return peak_memory_mib(fn)
+    return chosen_backend(q, k, v, kind="additive", w_q=w_q, w_k=w_k, w_v=w_v)
 
 
 _FIRST_CALL = """
@@ -165,18 +146,18 @@ def additive_fwd_2k(quick: bool) -> dict:
     xs = _inputs(length)
     tutorial_bytes = 2 * B * H * length * length * HID * 4  # the sum and its tanh
     heads = H
-    while heads > 1 and _mem_available_bytes() < tutorial_bytes * heads // H + 2 * GIB:
+    while heads > 1 and mem_available_bytes() < tutorial_bytes * heads // H + 2 * GIB:
         heads //= 2
     peer_xs = xs if heads == H else _inputs(length, heads)
     scale = H / heads
     with torch.inference_mode():
         ours(*xs)  # compile / load the kernel before anything is timed
-        err = _rel_err(ours(*peer_xs), tutorial(*peer_xs))
+        err = rel_err(ours(*peer_xs), tutorial(*peer_xs))
         t = interleaved_medians(
             {"impl": lambda: ours(*xs), "peer": lambda: tutorial(*peer_xs)}, warmup=0, reps=reps
         )
-        mem_ours = _peak_mib(lambda: ours(*xs))
-        mem_peer = _peak_mib(lambda: tutorial(*peer_xs)) * scale
+        mem_ours = trimmed_peak_memory_mib(lambda: ours(*xs))
+        mem_peer = trimmed_peak_memory_mib(lambda: tutorial(*peer_xs)) * scale
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -212,12 +193,12 @@ def additive_chunked_2k(quick: bool) -> dict:
     xs = _inputs(length)
     with torch.inference_mode():
         ours(*xs)
-        err = _rel_err(ours(*xs), chunked(*xs))
+        err = rel_err(ours(*xs), chunked(*xs))
         t = interleaved_medians(
             {"impl": lambda: ours(*xs), "peer": lambda: chunked(*xs)}, warmup=1, reps=reps
         )
-        mem_ours = _peak_mib(lambda: ours(*xs))
-        mem_peer = _peak_mib(lambda: chunked(*xs))
+        mem_ours = trimmed_peak_memory_mib(lambda: ours(*xs))
+        mem_peer = trimmed_peak_memory_mib(lambda: chunked(*xs))
     return dict(
         case=f"L={length} fwd, B={B} H={H} d={D} h={HID}",
         impl_s=t["impl"],
@@ -249,9 +230,9 @@ def additive_fwdbwd_4k(quick: bool) -> dict:
     run_peer = fwd_bwd(lambda *a: chunked(*a, recompute=True))
     run_ours()  # compile / load the kernels
     got: dict = {}  # the memory runs also give the gradients to compare
-    mem_ours = _peak_mib(lambda: got.update(ours=run_ours()))
-    mem_peer = _peak_mib(lambda: got.update(peer=run_peer()))
-    err = max(float(e) for e in map(_rel_err, got["ours"], got["peer"]))
+    mem_ours = trimmed_peak_memory_mib(lambda: got.update(ours=run_ours()))
+    mem_peer = trimmed_peak_memory_mib(lambda: got.update(peer=run_peer()))
+    err = max(float(e) for e in map(rel_err, got["ours"], got["peer"]))
     got.clear()
     t = interleaved_medians({"impl": run_ours, "peer": run_peer}, warmup=0, reps=reps)
     return dict(

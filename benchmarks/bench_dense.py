@@ -15,7 +15,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from common import interleaved_times, main, measure_pair, row
+from common import chosen_backend, interleaved_times, main, max_rel_err, measure_pair, qkv, row
 
 import attnkit
 from attnkit import masks
@@ -24,19 +24,7 @@ B, H, D = 1, 8, 64
 
 
 def _qkv(length: int, grad: bool = False) -> tuple[torch.Tensor, ...]:
-    g = torch.Generator().manual_seed(0)
-    return tuple(
-        torch.randn(B, H, length, D, generator=g, dtype=torch.float32).requires_grad_(grad)
-        for _ in range(3)
-    )
-
-
-def _backend(q, k, v, mask=None) -> str:
-    return str(attnkit.explain_dispatch(q, k, v, mask).chosen)
-
-
-def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+    return qkv(length, B, H, D, grad=grad)
 
 
 def _forward_row(length: int, reps: int, causal: bool = False) -> dict:
@@ -50,8 +38,10 @@ def _forward_row(length: int, reps: int, causal: bool = False) -> dict:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     with torch.inference_mode():
-        err = _max_err(ours(), peer())
-        res = measure_pair(ours, peer, reps, backend=_backend(q, k, v, mask), rel_err=f"{err:.1e}")
+        err = max_rel_err(ours(), peer())
+        res = measure_pair(
+            ours, peer, reps, backend=chosen_backend(q, k, v, mask), rel_err=f"{err:.1e}"
+        )
     what = "causal" if causal else "no mask"
     return dict(
         case=f"L={length} fwd, {what}", peer="torch SDPA" + (" is_causal" if causal else ""), **res
@@ -70,8 +60,8 @@ def _fwd_bwd_row(length: int, reps: int) -> dict:
         out = F.scaled_dot_product_attention(q, k, v)
         return torch.autograd.grad(out, (q, k, v), g)
 
-    err = max(_max_err(a, b) for a, b in zip(ours(), peer(), strict=True))
-    res = measure_pair(ours, peer, reps, backend=_backend(q, k, v), grad_rel_err=f"{err:.1e}")
+    err = max(max_rel_err(a, b) for a, b in zip(ours(), peer(), strict=True))
+    res = measure_pair(ours, peer, reps, backend=chosen_backend(q, k, v), grad_rel_err=f"{err:.1e}")
     return dict(case=f"L={length} fwd+bwd, no mask", peer="torch SDPA fwd+bwd", **res)
 
 

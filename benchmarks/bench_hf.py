@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
-import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import main as common_main  # noqa: E402
-from common import measure_pair, peak_memory_mib, row  # noqa: E402
+from common import child, main, max_rel_err, measure_pair, peak_memory_mib, row, run_child  # noqa: E402
 
 VOCAB = 1024
 
@@ -75,19 +72,13 @@ def _ids(n: int, b: int = 1, seed: int = 0) -> torch.Tensor:
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> str:
-    return f"{float((a - b).abs().max() / b.abs().max()):.1e}"
+    return f"{max_rel_err(a, b):.1e}"
 
 
 def _prefill_memory(side: str, n: int) -> float:
     """Peak RSS (MiB) of one prefill of ``side`` above the RSS before it, in a fresh process
     (the allocator of a process that already ran the other side would hide the peak)."""
-    env = dict(os.environ, ATTNKIT_HF_MEM=f"{side}:{n}")
-    out = subprocess.run(
-        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1800
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"memory of {side}: {out.stderr[-1500:]}")
-    return float(out.stdout.strip().splitlines()[-1])
+    return float(run_child(__file__, "hf-memory", f"{side}:{n}"))
 
 
 def _attention_only(side: str, n: int) -> float:
@@ -120,20 +111,20 @@ def _attention_only(side: str, n: int) -> float:
     return peak_memory_mib(run)
 
 
-def _memory_child(spec: str) -> None:
+@child("hf-memory")
+def _memory_child(spec: str) -> float:
     side, n = spec.split(":")
     if side.endswith("-attention"):
         _register()
         with torch.inference_mode():
-            print(_attention_only(side.removesuffix("-attention"), int(n)))
-        return
+            return _attention_only(side.removesuffix("-attention"), int(n))
     ours, peer = mistral()
     model = ours if side == "attnkit" else peer
     del ours, peer
     ids = _ids(int(n))
     with torch.inference_mode():
         model(ids[:, :64], use_cache=False)  # first-call set-up (kernels, caches) at a small size
-        print(peak_memory_mib(lambda: model(ids, use_cache=False)))
+        return peak_memory_mib(lambda: model(ids, use_cache=False))
 
 
 @row(
@@ -306,7 +297,4 @@ def bert_embed(quick: bool) -> dict:
 
 
 if __name__ == "__main__":
-    if os.environ.get("ATTNKIT_HF_MEM"):
-        _memory_child(os.environ["ATTNKIT_HF_MEM"])
-    else:
-        common_main()
+    main()

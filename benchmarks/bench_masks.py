@@ -33,10 +33,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from common import (  # noqa: E402
+    chosen_backend,
     interleaved_times,
     main,
     measure_pair,
     peak_memory_mib,
+    qkv,
+    rel_err,
     row,
     spread,
 )
@@ -50,11 +53,7 @@ B, H, D, W = 1, 8, 64, 128
 
 
 def _qkv(length: int, grad: bool = False) -> tuple[torch.Tensor, ...]:
-    g = torch.Generator().manual_seed(0)
-    return tuple(
-        torch.randn(B, H, length, D, generator=g, dtype=torch.float32).requires_grad_(grad)
-        for _ in range(3)
-    )
+    return qkv(length, B, H, D, grad=grad)
 
 
 def _doc_ids(length: int) -> torch.Tensor:
@@ -70,21 +69,12 @@ def _doc_ids(length: int) -> torch.Tensor:
     return ids
 
 
-def _rel_err(a: torch.Tensor, b: torch.Tensor) -> str:
-    a, b = a.detach().double(), b.detach().double()
-    return f"{float((a - b).norm() / b.norm()):.1e}"
-
-
 def _plan_s(q, k, v, mask_factory) -> float:
     """Seconds to build the block map and the plan for a fresh mask object (paid on the first
     call with a mask object and shape; later calls reuse it)."""
     t0 = time.perf_counter()
     blocksparse.make_plan(AttentionCall("dot", q, k, v, mask=mask_factory(), scale=D**-0.5))
     return round(time.perf_counter() - t0, 4)
-
-
-def _chosen(q, k, v, mask) -> str:
-    return str(attnkit.explain_dispatch(q, k, v, mask).chosen)
 
 
 def _dense_bool(mask: masks.Mask, length: int) -> torch.Tensor:
@@ -112,16 +102,16 @@ def _vs_dense_mask(length: int, reps: int, make_mask, what: str, backward: bool)
     with ctx:
         a, b = ours(), peer()
         if backward:
-            err = max(float(_rel_err(x, y)) for x, y in zip(a, b, strict=True))
+            err = max(float(rel_err(x, y)) for x, y in zip(a, b, strict=True))
             err_s = f"grad_rel_err={err:.1e}"
         else:
-            err_s = f"rel_err={_rel_err(a, b)}"
+            err_s = f"rel_err={rel_err(a, b)}"
         del a, b
         res = measure_pair(
             ours,
             peer,
             reps,
-            backend=_chosen(q, k, v, mask),
+            backend=chosen_backend(q, k, v, mask),
             check=err_s,
             plan_s=_plan_s(q, k, v, make_mask),
         )
@@ -207,8 +197,8 @@ def _vs_flex(length: int, reps: int, make_mask, mask_mod, what: str) -> dict:
         return flex(q, k, v, block_mask=block_mask)
 
     with torch.inference_mode():
-        extra["rel_err"] = _rel_err(ours(), ref)
-        res = measure_pair(ours, peer, reps, backend=_chosen(q, k, v, mask), **extra)
+        extra["rel_err"] = rel_err(ours(), ref)
+        res = measure_pair(ours, peer, reps, backend=chosen_backend(q, k, v, mask), **extra)
     steady = res["peer_s"]
     res["extra"]["flex_compile_s"] = round(res["extra"].pop("flex_first_call_s") - steady, 2)
     res["extra"]["flex_block_sparsity"] = f"{float(block_mask.sparsity()):.1f}%"
@@ -257,7 +247,7 @@ def causal_4k(quick: bool) -> dict:
         return attnkit.scaled_dot_product_attention(q, k, v, plain)
 
     with torch.inference_mode():
-        err = _rel_err(ours(), peer())
+        err = rel_err(ours(), peer())
         t = interleaved_times({"impl": ours, "peer": peer, "auto": auto}, warmup=1, reps=reps)
     med = {key: float(statistics.median(ts)) for key, ts in t.items()}
     return dict(
@@ -266,11 +256,11 @@ def causal_4k(quick: bool) -> dict:
         peer_s=med["peer"],
         peer="torch SDPA is_causal",
         extra=dict(
-            backend=_chosen(q, k, v, mask),
+            backend=chosen_backend(q, k, v, mask),
             rel_err=err,
             reps=reps,
             spread=f"{spread(t['impl']):.0%}/{spread(t['peer']):.0%}",
-            auto_backend_plain_causal=_chosen(q, k, v, plain),
+            auto_backend_plain_causal=chosen_backend(q, k, v, plain),
             auto_plain_causal_s=round(med["auto"], 4),
             auto_ratio=round(med["peer"] / med["auto"], 3),
         ),

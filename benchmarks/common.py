@@ -18,6 +18,10 @@ Added here: ``ratio`` = peer_s / impl_s (> 1 means attnkit is faster), ``peak_rs
 of the whole row process), ``startup_rss_mib`` (RSS after imports, before the row ran),
 ``quick``, ``torch_threads``.
 
+Child processes: ``python benchmarks/bench_x.py --child NAME --arg ARG`` runs the function
+registered with :func:`child` and prints ``CHILD {json}``; :func:`run_child` starts it and returns
+the result (e.g. one side's peak memory measured in a fresh process).
+
 Peak memory of one side: :func:`peak_memory_mib` runs a function once and returns the peak RSS it
 reached above the RSS before the call (it resets the kernel's high-water mark, Linux only), so
 attnkit and its peer can each report their own peak from the same process.
@@ -26,14 +30,18 @@ attnkit and its peer can each report their own peak from the same process.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 ROWS: dict[str, dict] = {}
+CHILDREN: dict[str, Callable[[str], object]] = {}
 
 _PEAK_BEFORE_RESET_MIB = 0.0
 """Highest peak RSS seen before the last high-water-mark reset (MiB)."""
@@ -48,6 +56,30 @@ def row(row_id: str, group: str, case: str, target: str = "") -> Callable:
         return fn
 
     return deco
+
+
+def child(name: str) -> Callable:
+    """Register a function a row runs in a fresh process of the same script
+    (:func:`run_child`), e.g. to measure one side's peak memory without the other side's
+    allocations in the same heap: ``@child("lm-memory") def f(arg: str) -> JSON value``."""
+
+    def deco(fn: Callable[[str], object]) -> Callable[[str], object]:
+        CHILDREN[name] = fn
+        return fn
+
+    return deco
+
+
+def run_child(script: str, name: str, arg: str = "", timeout: float = 1800.0) -> object:
+    """Run the child function ``name`` of ``script`` (``python script --child name --arg
+    arg``) in a fresh process and return what it returned (JSON). RuntimeError with the end
+    of its stderr when it fails."""
+    cmd = [sys.executable, script, "--child", name, "--arg", arg]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("CHILD ")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"child {name}({arg}): exit code {out.returncode}: {out.stderr[-1500:]}")
+    return json.loads(lines[-1][6:])
 
 
 def median_time(fn: Callable[[], object], warmup: int = 1, reps: int = 5) -> float:
@@ -135,11 +167,20 @@ def current_rss_mib() -> float:
     return _status_mib("VmRSS") or 0.0
 
 
+def _high_water_mib() -> float:
+    """This process's peak RSS since start or the last reset (MiB): VmHWM of /proc/self/status.
+
+    Not ``getrusage().ru_maxrss``: Linux folds the peak of the image a process replaced at exec
+    into it, so a child started by a process holding 2 GB reports at least 2 GB, and a reset of
+    the high-water mark does not clear it. ru_maxrss only where /proc is missing."""
+    hwm = _status_mib("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def peak_rss_mib() -> float:
     """Peak resident set size of this process so far (MiB), including peaks before any reset done
     by :func:`peak_memory_mib`."""
-    now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    return max(now, _PEAK_BEFORE_RESET_MIB)
+    return max(_high_water_mib(), _PEAK_BEFORE_RESET_MIB)
 
 
 def _reset_peak() -> bool:
@@ -163,8 +204,67 @@ def peak_memory_mib(fn: Callable[[], object]) -> float:
     before = current_rss_mib()
     _reset_peak()
     fn()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    return max(0.0, peak - before)
+    return max(0.0, _high_water_mib() - before)
+
+
+def trim_heap() -> None:
+    """Return free heap memory to the OS (glibc ``malloc_trim``), so that a following
+    :func:`peak_memory_mib` starts from the memory really in use; a no-op elsewhere."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the numbers are upper bounds
+        pass
+
+
+def trimmed_peak_memory_mib(fn: Callable[[], object]) -> float:
+    """:func:`peak_memory_mib` of ``fn`` after :func:`trim_heap`."""
+    trim_heap()
+    return peak_memory_mib(fn)
+
+
+def mem_available_bytes() -> int:
+    """MemAvailable of /proc/meminfo (bytes); 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# attention inputs and errors shared by the kernel rows
+# ---------------------------------------------------------------------------------------------
+def qkv(
+    length: int, batch: int = 1, heads: int = 8, dim: int = 64, grad: bool = False, seed: int = 0
+):
+    """q, k, v (batch, heads, length, dim) float32 from a seeded generator."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return tuple(
+        torch.randn(batch, heads, length, dim, generator=g).requires_grad_(grad) for _ in range(3)
+    )
+
+
+def rel_err(a, b) -> str:
+    """Relative error ||a - b|| / ||b|| (Frobenius, in float64), formatted ``1.2e-07``."""
+    a, b = a.detach().double(), b.detach().double()
+    return f"{float((a - b).norm() / b.norm()):.1e}"
+
+
+def max_rel_err(a, b) -> float:
+    """max |a - b| / max |b| (b's scale floored at 1e-30)."""
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def chosen_backend(q, k, v, mask=None, **kwargs) -> str:
+    """The backend ``auto`` picks for this call (``attnkit.explain_dispatch``)."""
+    import attnkit
+
+    return str(attnkit.explain_dispatch(q, k, v, mask, **kwargs).chosen)
 
 
 def _jsonable(x: object) -> object:
@@ -188,7 +288,14 @@ def main() -> None:
     p.add_argument("--list", action="store_true", help="print the row ids")
     p.add_argument("--row", help="run one row and print 'ROW {json}'")
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (smoke test)")
+    p.add_argument("--child", help="run a registered child function (see run_child)")
+    p.add_argument("--arg", default="", help="the child function's argument")
     a = p.parse_args()
+    if a.child:
+        if a.child not in CHILDREN:
+            sys.exit(f"--child: unknown child {a.child!r}; known: {sorted(CHILDREN)}")
+        print("CHILD " + json.dumps(CHILDREN[a.child](a.arg), default=_jsonable), flush=True)
+        return
     if a.list or not a.row:
         for rid, r in ROWS.items():
             print(json.dumps(dict(id=rid, group=r["group"], case=r["case"], target=r["target"])))

@@ -14,7 +14,7 @@ mu = pytest.importorskip(
     "transformers.masking_utils", reason="transformers not installed (pip install 'attnkit[hf]')"
 )
 
-from attnkit.integrations import hf_masks  # noqa: E402
+from attnkit.integrations import hf_mask_nodes  # noqa: E402
 from attnkit.integrations.hf_masks import UnrecognisedMaskWarning, recover  # noqa: E402
 from attnkit.masks import Document, KeyColumns, KeyPadding, Predicate  # noqa: E402
 
@@ -131,7 +131,7 @@ def test_packed_with_jumps_inside_a_sequence_stays_exact():
     pos = torch.tensor([[0, 1, 2, 3, 4, 5]])
     psm = torch.tensor([[0, 0, 0, 0, 1, 1]])
     fn = mu.packed_sequence_compatibility_function(mu.causal_mask_function, pos * 2, psm)
-    hf_masks._WARNED.clear()  # the warning is once per function; make this test independent
+    hf_mask_nodes._WARNED.clear()  # the warning is once per function; make this test independent
     with pytest.warns(UnrecognisedMaskWarning):
         got, hm = ours(fn, None, 1, 6, 6)
     assert torch.equal(got, dense(fn, None, 1, 6, 6))
@@ -142,7 +142,7 @@ def test_unrecognised_function_is_exact_with_a_warning():
     left = torch.tensor([0, 2])
     fn = mu.chunked_causal_mask_function(3, left)
     pad = torch.tensor([[1] * 10, [0, 0] + [1] * 8], dtype=torch.bool)
-    hf_masks._WARNED.clear()
+    hf_mask_nodes._WARNED.clear()
     with pytest.warns(UnrecognisedMaskWarning, match="chunked_overlay"):
         got, hm = ours(fn, pad, 2, 10, 10)
     assert torch.equal(got, dense(fn, pad, 2, 10, 10))

@@ -29,7 +29,7 @@ def test_only_the_integration_imports_transformers():
     assert len(files) > 50
     bad = [str(p.relative_to(ROOT)) for p in files if "transformers" in imported_modules(p)]
     assert bad == []
-    assert "transformers" in imported_modules(ROOT / "integrations" / "hf_masks.py")
+    assert "transformers" in imported_modules(ROOT / "integrations" / "hf_closures.py")
 
 
 def test_importing_the_integration_does_not_import_transformers():

@@ -15,6 +15,7 @@ NAME = "bench"
 EXAMPLES = """\
   bench     run benchmarks/run.py from the source checkout (arguments are passed through)
               attnkit bench --quick --only dense --json bench.json
+              attnkit bench --scripts train,ddp --markdown
 """
 PASSTHROUGH = True
 """Every argument after the verb goes to the script unparsed."""
