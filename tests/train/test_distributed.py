@@ -51,26 +51,9 @@ from attnkit.train.schedule import noam_lr
 from attnkit.train.tasks import build_model, prepare
 from attnkit.train.tokenizer import PAD
 from attnkit.train.trainer import train
+from tests.train.conftest import TINY as BASE_TINY
 
-TINY = dict(
-    task="reverse",
-    train_size=400,
-    valid_size=16,
-    vocab=6,
-    length=5,
-    min_length=2,
-    d_model=16,
-    nhead=2,
-    layers=1,
-    dim_feedforward=32,
-    dropout=0.0,
-    batch_size=16,
-    warmup=10,
-    log_every=1,
-    eval_every=100,
-    save_every=4,
-    keep=10,
-)
+TINY = {**BASE_TINY, "dropout": 0.0, "eval_every": 100, "keep": 10}
 TINY_ARGS = [
     "--task=reverse",
     "--train-size=400",
