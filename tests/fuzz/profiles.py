@@ -9,6 +9,10 @@ the suite keep their own settings).
   stays under ~90 s on one thread; failures are not shrunk (bounded time).
 - ``fuzz``: random examples (derandomize=False; failures are saved in ``.hypothesis/`` and
   replayed first next time), 20,000 examples in total, divided as in :data:`EXAMPLES`.
+
+``FUZZ_SHARDS=n`` (fuzz profile only, default 1) gives each test ceil(1/n) of its examples, so
+that n processes started at once (each drawing its own random examples, sharing the example
+database) run the same 20,000 in all: ``make fuzz`` spread over the cores of a busy machine.
 """
 
 from __future__ import annotations
@@ -52,8 +56,13 @@ EXAMPLES = {
 }
 assert sum(f for _, f in EXAMPLES.values()) == 20_000
 
+SHARDS = int(os.environ.get("FUZZ_SHARDS", "1"))
+if SHARDS < 1:
+    raise ValueError(f"FUZZ_SHARDS: expected a positive int, got {SHARDS}")
+
 
 def budget(name: str) -> settings:
     """The settings of test ``name`` under the selected profile."""
     ci, fuzz = EXAMPLES[name]
-    return settings(PROFILES[PROFILE], max_examples=fuzz if PROFILE == "fuzz" else ci)
+    n = -(-fuzz // SHARDS) if PROFILE == "fuzz" else ci
+    return settings(PROFILES[PROFILE], max_examples=n)

@@ -76,7 +76,8 @@ SCALARS = {
     "scale": [(0.0, V), (-1.0, V), (math.nan, V), (math.inf, V), ("0.5", T), (True, T),
               (torch.tensor([0.5, 1.0]), T), (1j, T), (-1e-300, V)],
     "dropout_p": [(1.0, V), (-0.1, V), (math.nan, V), (1.5, V), ("0.1", T), (True, T), (2, V)],
-    "return_weights": [(1, T), ("yes", T), (None, T), (0.0, T), (np.bool_(True), T)],
+    # NumPy bools are flags (attnkit.checks.flag); NumPy ints are not
+    "return_weights": [(1, T), ("yes", T), (None, T), (0.0, T), (np.int64(1), T)],
     "backend": [("flash9", V), ("", V), (None, T), (1, T), ("AUTO", V)],
 }  # fmt: skip
 MHA_SCALARS = {

@@ -134,7 +134,7 @@ def test_general_attention(c, dq):
         return t.output, t.weights, None if d_out is None else G.general(t, x["w"], d_out, d_w)
 
     def plain(x, allowed, bias, r):
-        s = r(mm(r(x["q"] @ x["w"]), x["k"].transpose(-1, -2)))  # q @ w in the inputs' dtype
+        s = r(mm(r.stored(x["q"] @ x["w"]), x["k"].transpose(-1, -2)))  # q @ w: inputs' dtype
         return plain_attention(s, x["v"], allowed, bias, r)
 
     p = _problem(

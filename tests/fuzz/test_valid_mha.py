@@ -107,8 +107,8 @@ def test_multi_head_attention(c):
 
     def plain(x, allowed, bias, r):
         def proj(n, inp, heads):
-            y = r(inp @ x[f"w_{n}"].transpose(0, 1))
-            y = r(y + x[f"b_{n}"]) if f"b_{n}" in x else y
+            y = r.stored(inp @ x[f"w_{n}"].transpose(0, 1))  # projections: inputs' dtype
+            y = r.stored(y + x[f"b_{n}"]) if f"b_{n}" in x else y
             y = y.reshape(b, y.shape[1], heads, -1).transpose(1, 2)
             return y.repeat_interleave(h // heads, dim=1)
 

@@ -14,6 +14,10 @@ ill-conditioned at that dtype (scores of 1e3 whose gaps are O(1), gradients that
 inexact in any implementation, so the bound is ``max(TOL, HALF_FACTOR * plain error)``; the
 fuzz harness measures that error with :class:`Rounding` (simulated rounding of every forward
 and backward intermediate). For well-conditioned inputs it is far below TOL and the bound is TOL.
+
+A result that cancels (a gradient that is exactly 0 by symmetry, like that of a key-projection
+bias) has no meaningful relative error: :func:`magnitude_floor` also allows an absolute error
+of a few roundings of the size of its terms (tests/fuzz/magnitudes.py computes that size).
 """
 
 from __future__ import annotations
@@ -44,6 +48,17 @@ def rel_err(got, ref) -> float:
     return float(d / n) if n > 0 else float(d)
 
 
+def magnitude_floor(dtype: torch.dtype, magnitude: float) -> float:
+    """The absolute error allowed in a result whose terms have total size ``magnitude`` (the
+    sum of their absolute values, see tests/fuzz/magnitudes.py), besides the relative
+    :func:`tolerance`: HALF_FACTOR roundings of that size at the compute dtype (P4: float32 for
+    the half types). It matters only where the result cancels to far below its terms (a
+    gradient that is exactly 0 by symmetry, a row with one key): there the float64 reference
+    is itself rounding noise of size eps64 * magnitude, and no relative bound can hold."""
+    compute = torch.float32 if dtype in HALF else dtype
+    return HALF_FACTOR * torch.finfo(compute).eps * magnitude
+
+
 def tolerance(dtype: torch.dtype, plain_err: float | None = None) -> float:
     """The relative-error bound for a result at ``dtype`` (see the module docstring)."""
     plain = plain_err if plain_err is not None and math.isfinite(plain_err) else 0.0
@@ -61,10 +76,30 @@ class Rounding:
     errors an implementation at a dtype with that epsilon makes, but independently of the
     reference's own rounding (a torch implementation can round exactly like the NumPy
     reference and then look more accurate than the problem allows). ``Rounding(0)`` is exact.
+
+    ``stored_eps`` (the half types' unit roundoff eps/2; ``eps`` is float32's, P4): a fused
+    backward (PyTorch's flash kernels, as FlashAttention's) computes the row term
+    ``D_i = rowsum(dO_i ⊙ O_i)`` of ``dS = W ⊙ (dW - D)`` from the output *as returned*, rounded
+    to the dtype; :func:`plain_attention` then perturbs D by ``rowsum(dO ⊙ O ⊙ stored_eps·u)``.
+    Where dW - D cancels (dW_ij nearly equal across the keys of a row) this is the dominant
+    error of a half-precision gradient: a bfloat16 general_attention at Lq = Lk = 2 has a dq
+    error of 4 eps in PyTorch's own SDPA backward while a float32 softmax backward has 0.1 eps.
     """
 
-    def __init__(self, eps: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, eps: float = 0.0, seed: int = 0, stored_eps: float = 0.0) -> None:
         self.eps, self.gen = eps, torch.Generator().manual_seed(seed)
+        self.stored_eps = stored_eps
+
+    def stored(self, x: torch.Tensor) -> torch.Tensor:
+        """``r(x)`` for a tensor the call holds at the inputs' dtype (q W, a projection): for
+        the half types rounded at that dtype's unit roundoff ``stored_eps``, not float32's."""
+        if not self.stored_eps:
+            return self(x)
+        eps, self.eps = self.eps, self.stored_eps
+        try:
+            return self(x)
+        finally:
+            self.eps = eps
 
     def _u(self, shape) -> torch.Tensor:
         """Random signs times magnitudes in [1, 2]: never ~0 (a perturbation of eps survives even
@@ -134,7 +169,9 @@ def plain_attention(scores, v, allowed, bias, r: Rounding = EXACT):
         # P5: a finite bias beyond the dtype saturates to -+finfo.max (never becomes -inf)
         top = torch.finfo(dt).max
         b = bias.to(torch.float64)
-        b = b + (b.clamp(-top, top) - b).detach()  # straight-through: keeps the bias gradient
+        # straight-through: the saturated value, with the bias's gradient. (Not b + (clamped -
+        # b).detach(): -1e300 + (1e300 - 3.4e38) rounds to 0 or to -1.5e284, not to -3.4e38.)
+        b = b.clamp(-top, top).detach() + (b - b.detach())
         scores = r(scores + b.to(dt))
     if allowed is not None:
         ok = torch.from_numpy(np.array(allowed, dtype=bool))
@@ -147,6 +184,10 @@ def plain_attention(scores, v, allowed, bias, r: Rounding = EXACT):
     else:  # written out, so that r rounds the backward's intermediates too
         m = scores.detach().amax(-1, keepdim=True)
         x = r.recomputed(r(scores - torch.where(torch.isfinite(m), m, 0.0)), scores.detach())
+        box: dict = {}  # D's error from the stored output (Rounding's stored_eps), set below
+        if r.stored_eps and x.requires_grad:
+            x = x + 0
+            x.register_hook(lambda g: g - box["w"] * box["d"] if "d" in box else g)
         e = r(torch.exp(x))
         z = r(e.sum(-1, keepdim=True))
         w = r(e / torch.where(z == 0, 1.0, z))
@@ -154,6 +195,13 @@ def plain_attention(scores, v, allowed, bias, r: Rounding = EXACT):
     if r is not EXACT:  # the backward's dV uses recomputed weights (see Rounding.recomputed)
         wb = w.detach() * r.recomputed_factor(scores.detach())
         out = r(w @ v.detach() + (wb @ v - (wb @ v).detach()))
+        if r.stored_eps and out.requires_grad:
+            box["w"], o = w.detach(), out.detach()
+
+            def stored_output(g):  # runs before x's hook: out comes later in the graph
+                box["d"] = (g * o * (r.stored_eps * r._u(g.shape)).to(g.dtype)).sum(-1, True)
+
+            out.register_hook(stored_output)
     else:
         out = w @ v
     return out.to(out_dt), w.to(out_dt)

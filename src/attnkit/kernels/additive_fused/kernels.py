@@ -28,6 +28,12 @@ from attnkit.masks import EMPTY, FULL
 
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
+_TWO = np.float32(2.0)
+_FOUR = np.float32(4.0)
+_SECH_ZERO = np.float32(43.5)
+"""|x| from which 1 - tanh²(x) = 4e / (1 + e)², e = e^(-2|x|), is taken as 0 (it is below
+6.6e-38 there; exp_nonpos_f32 clamps its argument at -87 and would give 6.6e-38 for every larger
+|x|, a gradient that w_v ~ 1e30 makes visible)."""
 MAX_START = np.float32(-np.finfo(np.float32).max / 4)
 """Running max before a row has seen an allowed key: below every score the kernels get
 (|score| <= sum |w_v| < finfo.max / 16, policy P5) and far enough from -finfo.max that
@@ -43,12 +49,17 @@ identically, so the probabilities the backward recomputes match the forward's ma
 
 
 @njit(fastmath=EXACT_FASTMATH, error_model="numpy")
-def _scores4(a0, a1, a2, a3, kt_b, direct, w, s, keep, t, j0, jb):
+def _scores4(a0, a1, a2, a3, kt_b, direct, w, s, keep, t, dt, j0, jb):
     """Scores of 4 query rows against keys j0..j0+jb: s[q, jj] = sum_c w_c tanh_qc(jj).
 
     a0..a3 (h,) rows of qa; kt_b (h, Lk); see ``tanh_operands`` for ``direct``. With ``keep`` also
-    t[q, c, jj] = tanh (t: (4, h, BLOCK_K)); the scores are computed by the same expressions
-    either way.
+    t[q, c, jj] = tanh and dt[q, c, jj] = 1 - tanh² (t, dt: (4, h, BLOCK_K)); the scores are
+    computed by the same expressions either way.
+
+    1 - tanh² is not computed from t: near saturation (|x| of a few units and more) t rounds to
+    within an ulp of +-1 and 1 - t² loses all but a few bits (|x| = 3.3: relative error 5e-5 in
+    float32). It is 4z / (z + 1)² in the exp form (z = e^(2x)) and 4e / (1 + e)² with
+    e = e^(-2|x|) in the direct form, both accurate to a few ulp for every x.
     """
     s0, s1, s2, s3 = s[0, :jb], s[1, :jb], s[2, :jb], s[3, :jb]
     for jj in range(jb):
@@ -78,14 +89,21 @@ def _scores4(a0, a1, a2, a3, kt_b, direct, w, s, keep, t, j0, jb):
         if keep:  # one row at a time: few arrays per loop, so the loop vectorises
             for q in range(4):
                 xq = x0 if q == 0 else (x1 if q == 1 else (x2 if q == 2 else x3))
-                tq = t[q, c, :jb]
+                tq, dtq = t[q, c, :jb], dt[q, c, :jb]
                 if direct:
                     for jj in range(jb):
-                        tq[jj] = tanh_f32(xq + kc[jj])
+                        x = xq + kc[jj]
+                        tq[jj] = tanh_f32(x)
+                        ax = abs(x)
+                        e = exp_nonpos_f32(-_TWO * ax)
+                        d = (_FOUR * e) / ((_ONE + e) * (_ONE + e))
+                        dtq[jj] = d if ax < _SECH_ZERO else _ZERO
                 else:
                     for jj in range(jb):
                         z = xq * kc[jj]
-                        tq[jj] = (z - _ONE) * (_ONE / (z + _ONE))
+                        r = _ONE / (z + _ONE)
+                        tq[jj] = (z - _ONE) * r
+                        dtq[jj] = (z * r) * (_FOUR * r)  # z r first: r² underflows for z ~ e^86
 
 
 @njit(**INLINE)
@@ -168,7 +186,7 @@ def forward_units(
                 a1 = a[min(i0 + r + 1, lq - 1)]
                 a2 = a[min(i0 + r + 2, lq - 1)]
                 a3 = a[min(i0 + r + 3, lq - 1)]
-                _scores4(a0, a1, a2, a3, kt_b, direct, w, s, False, no_tile, j0, jb)
+                _scores4(a0, a1, a2, a3, kt_b, direct, w, s, False, no_tile, no_tile, j0, jb)
                 # online softmax: s becomes probabilities, the accumulators are rescaled
                 for q in range(4):
                     sq, mq, acc_q = s[q, :jb], tile[r + q, :jb], acc[r + q]
@@ -258,6 +276,7 @@ def backward_units(
     s = np.empty((4, BLOCK_K), np.float32)  # scores, then probabilities P
     g = np.empty((4, BLOCK_K), np.float32)  # dP, then dS
     t = np.empty((4, h, BLOCK_K), np.float32)  # tanh
+    dt = np.empty((4, h, BLOCK_K), np.float32)  # 1 - tanh²
     for u in range(first, bh * split, step):
         b = u // split
         part = u - b * split
@@ -281,7 +300,9 @@ def backward_units(
                     i_1 = min(i0 + r + 1, lq - 1)
                     i_2 = min(i0 + r + 2, lq - 1)
                     i_3 = min(i0 + r + 3, lq - 1)
-                    _scores4(a[i_0], a[i_1], a[i_2], a[i_3], kt_b, direct, w, s, True, t, j0, jb)
+                    _scores4(
+                        a[i_0], a[i_1], a[i_2], a[i_3], kt_b, direct, w, s, True, t, dt, j0, jb
+                    )
                     # P = exp(score - max) / sum on allowed entries of real rows, else 0
                     for q in range(4):
                         sq = s[q, :jb]
@@ -316,6 +337,8 @@ def backward_units(
                     for c in range(h):
                         wc = w[c]
                         u0, u1, u2, u3 = t[0, c, :jb], t[1, c, :jb], t[2, c, :jb], t[3, c, :jb]
+                        f0, f1 = dt[0, c, :jb], dt[1, c, :jb]
+                        f2, f3 = dt[2, c, :jb], dt[3, c, :jb]
                         dkc = dkt_u[c, j0 : j0 + jb]
                         ga0 = _ZERO
                         ga1 = _ZERO
@@ -323,10 +346,10 @@ def backward_units(
                         ga3 = _ZERO
                         gw = _ZERO
                         for jj in range(jb):
-                            h0 = g0[jj] * (_ONE - u0[jj] * u0[jj])
-                            h1 = g1[jj] * (_ONE - u1[jj] * u1[jj])
-                            h2 = g2[jj] * (_ONE - u2[jj] * u2[jj])
-                            h3 = g3[jj] * (_ONE - u3[jj] * u3[jj])
+                            h0 = g0[jj] * f0[jj]
+                            h1 = g1[jj] * f1[jj]
+                            h2 = g2[jj] * f2[jj]
+                            h3 = g3[jj] * f3[jj]
                             ga0 += h0
                             ga1 += h1
                             ga2 += h2

@@ -5,8 +5,12 @@ Additive scores are e_ij = w_v . tanh(W_q q_i + W_k k_j) (+ bias_ij). What diffe
 dot-product policy of :mod:`attnkit.kernels.numerics`:
 
 - P5 bound: |W_q q_i| <= max|q| max|W_q| d_q, |W_k k_j| likewise, |e_ij| <= sum|w_v| (|tanh|
-  <= 1) + max|bias|, and the unnormalised accumulator <= max|v| Lk. When one of them reaches
-  finfo(compute).max / 16, the call runs in float64 and the result is rounded.
+  <= 1) + max|bias|, and the unnormalised accumulator <= max|v| Lk; and the backward's gradient
+  of the tanh layer, dS_ij w_v (1 - tanh^2) <= 2 (d_v max|v| + 1) sum|w_v| for cotangents whose
+  entries are of order 1 (|dS_ij| <= 2 max_l |dW_il|, dW = dO Vᵀ + d_weights). When one of them
+  reaches finfo(compute).max / 16, the call runs in float64 and the result is rounded (without
+  the backward term, v ~ 1e10 and w_v ~ 1e30 in float32 gave inf - inf = NaN gradients of q,
+  W_q and W_k whose true values are small).
 - P6: tanh would saturate an infinite projection to +-1 (a finite score). An infinite input is
   treated as corrupt, like NaN: a row is NaN when q_i, k_j or v_j of a key it may attend to, a
   bias entry it attends to, or any entry of W_q, W_k, w_v (they enter every score) is NaN or
@@ -70,6 +74,7 @@ def overflow_risk(call: AttentionCall, dtype: torch.dtype, stats: dict[str, floa
         and stats["k"] * stats["w_k"] * call.k.shape[-1] < limit
         and stats["w_v"] + bias < limit
         and stats["v"] * call.kv_len < limit
+        and 2 * (stats["v"] * call.v.shape[-1] + 1) * stats["w_v"] < limit
     )
 
 
