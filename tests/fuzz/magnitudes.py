@@ -18,6 +18,11 @@ backward's centring replaced by its terms' size, ``W ⊙ (|dW| + rowsum(W ⊙ |d
 values of the terms of its gradient; the fuzz harness allows an absolute error of
 ``HALF_FACTOR · eps · magnitude`` (:func:`tests.support.numerics.magnitude_floor`) besides the
 relative tolerance, and does not compare a gradient whose terms overflow the dtype.
+
+:func:`weight_shift` bounds how far weights computed from scores rounded at the compute dtype
+may be from the exact ones (the softmax's conditioning); ``magnitudes(shift)`` propagates that
+bound through the same chain rule to every gradient (used by the harness's score-rounding
+allowance).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from tests.support import grads as G
+from tests.support.numerics import HALF_FACTOR
 
 _WRAPPED = ("dot", "general", "additive", "multi_head")
 
@@ -71,16 +77,68 @@ def _on_abs(fn):
     return wrapped
 
 
+def _softmax_backward_shift(shift):
+    """The change of (dS, dV) (inputs already absolute) when the weights W become any W' with
+    |W' - W| <= ``shift`` (see :func:`weight_shift`): dS = W ⊙ (dW - D), D = rowsum(W ⊙ dW),
+    so |ΔdS| <= shift ⊙ (|dW| + |D|) + (W + shift) ⊙ rowsum(shift ⊙ |dW|), |ΔdV| <= shiftᵀ |dO|.
+    """
+
+    def backward(trace, d_out, d_weights=None):
+        w = trace.weights
+        dw = d_out @ np.swapaxes(trace.v, -1, -2)
+        if d_weights is not None:
+            dw = dw + d_weights
+        d = (w * dw).sum(-1, keepdims=True)
+        d_shift = (shift * dw).sum(-1, keepdims=True)
+        ds = shift * (dw + d) + (w + shift) * d_shift
+        return ds, np.swapaxes(shift, -1, -2) @ d_out
+
+    return backward
+
+
 @contextlib.contextmanager
-def magnitudes() -> Iterator[None]:
+def magnitudes(shift: np.ndarray | None = None) -> Iterator[None]:
     """Within the block, the gradient functions of :mod:`tests.support.grads` return the
-    magnitudes of the gradients (see the module docstring) instead of the gradients."""
+    magnitudes of the gradients (see the module docstring) instead of the gradients; with
+    ``shift`` (a bound on the change of the weights, (..., Lq, Lk), :func:`weight_shift`), a
+    bound on the change of the gradients that change of the weights makes instead (the rest of
+    the chain rule is linear in (dS, dV) and runs on absolute values, as for the magnitudes)."""
     saved = {n: getattr(G, n) for n in (*_WRAPPED, "softmax_backward")}
     try:
         for n in _WRAPPED:
             setattr(G, n, _on_abs(saved[n]))
-        G.softmax_backward = _softmax_backward_terms
+        G.softmax_backward = (
+            _softmax_backward_terms if shift is None else _softmax_backward_shift(shift)
+        )
         yield
     finally:
         for n, f in saved.items():
             setattr(G, n, f)
+
+
+def weight_shift(scores: np.ndarray, size: np.ndarray, eps: float) -> np.ndarray:
+    """How far softmax weights computed from scores rounded at ``eps`` may be from the exact
+    ones: the conditioning of the softmax at the drawn scores, not an error of any backend.
+
+    ``scores`` (..., Lq, Lk): the exact scores with the mask's bias added and -inf where no key
+    is allowed; ``size`` (broadcastable): the size of the terms each score is a sum of (for
+    additive attention Σ_h |w_v,h tanh(.)| plus what the rounding of the tanh's argument moves,
+    plus |bias|). Any implementation at the dtype holds a score s + δ with |δ| <= Δ =
+    HALF_FACTOR · eps · size (a sum's rounding error is a few eps of its terms' size, Higham
+    §3.1); once Δ reaches the gaps between a row's scores the weights are not determined by
+    the dtype (scores ~7.5e9 in float32 have ulp 512: keys 400 apart tie). Since
+    W'_j / W_j = e^(δ_j) / Σ_k W_k e^(δ_k) lies within e^(±(Δ_j + max_k Δ_k)),
+    ``|W' - W| <= min(1, W · expm1(Δ_j + max_k Δ_k))``, computed from log W (the weight of a key
+    1,000 below the row max underflows float64 but not e^(Δ) times it). For well-conditioned
+    rows (Δ ~ 1e-6) this is ~1e-6 · W, far below the float32 tolerance."""
+    fin = np.isfinite(scores)
+    delta = np.where(fin, HALF_FACTOR * eps * np.broadcast_to(size, scores.shape), 0.0)
+    reach = delta + delta.max(-1, keepdims=True)
+    top = np.where(fin, scores, -np.inf).max(-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        lse = top + np.log(np.where(fin, np.exp(scores - top), 0.0).sum(-1, keepdims=True))
+        # log(expm1(r)) without overflow: r + log1p(-e^-r) for large r
+        log_grow = np.where(reach > 30, reach, np.log(np.expm1(np.minimum(reach, 30))))
+        shift = np.minimum(1.0, np.exp(scores - lse + log_grow))
+    return np.where(fin & (reach > 0), shift, 0.0)

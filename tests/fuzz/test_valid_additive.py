@@ -5,6 +5,7 @@ and float mask tensors (draws as in test_valid_dot.py; lengths up to 160 and hid
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,6 +52,19 @@ def test_additive_attention(c, dq, h, ev):
         s = r(r(torch.tanh(r(qp[..., :, None, :] + kp[..., None, :, :]))) @ x["w_v"].to(qp.dtype))
         return plain_attention(s, x["v"], allowed, bias, r)
 
+    def scores(x):
+        # the exact scores and the size of their terms: a float32 score is off by a few eps of
+        # Σ_h |w_v,h| (|tanh(pre)| + sech²(pre) |pre's terms|), the rounding of each tanh and
+        # of its argument pre = q W_qᵀ + k W_kᵀ (|d tanh| = sech² |d pre|), summed over h
+        qp, kp = x["q"] @ x["w_q"].T, x["k"] @ x["w_k"].T
+        pre = qp[..., :, None, :] + kp[..., None, :, :]
+        terms = (np.abs(x["q"]) @ np.abs(x["w_q"]).T)[..., :, None, :]
+        terms = terms + (np.abs(x["k"]) @ np.abs(x["w_k"]).T)[..., None, :, :]
+        with np.errstate(over="ignore"):
+            sech2 = 1.0 / np.cosh(pre) ** 2
+        size = (np.abs(np.tanh(pre)) + sech2 * terms) @ np.abs(x["w_v"])
+        return np.tanh(pre) @ x["w_v"], size
+
     where = f"{c['mask']} {dt} batch={b} Lq={c['lq']} Lk={c['lk']} h={h} w_v=1e{e_v}"
     p = Problem(
         kind="additive",
@@ -63,6 +77,7 @@ def test_additive_attention(c, dq, h, ev):
         call=call,
         reference=reference,
         plain=plain,
+        scores=scores,
         rw=c["weights"],
         where=f"additive_attention: {where} layouts={c['layouts']} exps={c['exps']}",
     )
