@@ -21,7 +21,7 @@ from torch import Tensor
 from attnkit import checks
 from attnkit import tensor_checks as tc
 from attnkit.kernels import dispatch
-from attnkit.kernels.base import AttentionCall, Backend, repeat_heads
+from attnkit.kernels.base import AttentionCall, Backend, ungrouped
 from attnkit.kernels.dispatch import CACHE, mask_key, tensor_key
 from attnkit.kernels.numerics import quick_numerics
 from attnkit.masks import Mask, from_tensor
@@ -223,14 +223,7 @@ def select_grouped(batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw,
 def grouped_for(b: Backend, call: AttentionCall) -> AttentionCall:
     """``call`` as backend ``b`` takes it: grouped k and v as they are when ``b`` declares
     ``supports_gqa`` (no copies), else repeated to q's H heads."""
-    if not call.grouped or b.supports_gqa:
-        return call
-    h = call.q.shape[-3]
-    return AttentionCall(
-        kind="dot", q=call.q, k=repeat_heads(call.k, h), v=repeat_heads(call.v, h),
-        mask=call.mask, scale=call.scale, dropout_p=call.dropout_p,
-        return_weights=call.return_weights,
-    )  # fmt: skip
+    return call if b.supports_gqa else ungrouped(call)
 
 
 def _check_grouped(q, k, v) -> tuple[Tensor, Tensor, Tensor]:

@@ -10,7 +10,7 @@ Shape legend: ``...`` batch dims (identical for q, k, v), ``Lq``/``Lk`` query/ke
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 import torch
@@ -115,6 +115,16 @@ def repeat_heads(x: Tensor, n: int) -> Tensor:
         return x
     lead, (length, d) = tuple(x.shape[:-3]), x.shape[-2:]
     return x.unsqueeze(-3).expand(lead + (g, n // g, length, d)).reshape(lead + (n, length, d))
+
+
+def ungrouped(call: AttentionCall) -> AttentionCall:
+    """``call`` with k and v repeated to q's H heads (:func:`repeat_heads`), for a backend or
+    path that needs them; ``call`` itself when it is not grouped."""
+    if not call.grouped:
+        return call
+    h = call.q.shape[-3]
+    k, v = repeat_heads(call.k, h), repeat_heads(call.v, h)
+    return replace(call, k=k, v=v, _cache={})
 
 
 def lift_mask_tensor(t: Tensor, mask_batch_ndim: int, batch_ndim: int) -> Tensor:

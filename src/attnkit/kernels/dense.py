@@ -9,18 +9,17 @@ computes in float32 for them), overflowing calls run in float64.
 Grouped-query calls (k, v with G < H heads) run on SDPA's ``enable_gqa=True``: PyTorch's CPU
 flash kernel reads key/value head h // (H / G) for query head h, forward and backward, without
 copying k and v. The rare calls that leave the fused path (non-finite inputs, scores too large
-for a fused backward) get k and v repeated to H heads first (:func:`ungrouped`).
+for a fused backward) get k and v repeated to H heads first
+(:func:`attnkit.kernels.base.ungrouped`).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend, repeat_heads
+from attnkit.kernels.base import AttentionCall, Backend, ungrouped
 from attnkit.kernels.numerics import fused_backward_ok, numerics, quick_numerics, run_dot
 from attnkit.kernels.torch_math import plain_attention
 
@@ -68,15 +67,6 @@ def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
     if row_ok is not None:
         out = out * row_ok.to(out.dtype)
     return out, None
-
-
-def ungrouped(call: AttentionCall) -> AttentionCall:
-    """``call`` with k and v repeated to q's heads (``call`` itself when it is not grouped)."""
-    if not call.grouped:
-        return call
-    h = call.q.shape[-3]
-    k, v = repeat_heads(call.k, h), repeat_heads(call.v, h)
-    return dataclasses.replace(call, k=k, v=v, _cache={})
 
 
 class DenseBackend(Backend):
