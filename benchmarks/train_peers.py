@@ -20,6 +20,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 
 def sinusoidal(length: int, d_model: int) -> Tensor:
@@ -120,6 +121,20 @@ class _SDPALayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x (B, L, E), mask (L, L) bool, True = may attend -> (B, L, E)."""
+        x = x + self.attention(x, mask)
+        return x + self.feed_forward(x)
+
+    def checkpointed(self, x: Tensor, mask: Tensor) -> Tensor:
+        """``forward`` with each sub-block under ``torch.utils.checkpoint`` (non-reentrant)."""
+        x = x + checkpoint(self.attention, x, mask, use_reentrant=False)
+        return x + checkpoint(self.feed_forward, x, use_reentrant=False)
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        """linear2(gelu(linear1(norm2(x)))) (B, L, E)."""
+        return self.linear2(F.gelu(self.linear1(self.norm2(x))))
+
+    def attention(self, x: Tensor, mask: Tensor) -> Tensor:
+        """out_proj(SDPA(norm1(x))) (B, L, E)."""
         b, n, e = x.shape
         a = self.self_attn
         h = self.norm1(x)
@@ -130,8 +145,7 @@ class _SDPALayer(nn.Module):
         o = F.scaled_dot_product_attention(
             heads(a.q_proj(h)), heads(a.k_proj(h)), heads(a.v_proj(h)), attn_mask=mask
         )
-        x = x + a.out_proj(o.transpose(1, 2).reshape(b, n, e))
-        return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
+        return a.out_proj(o.transpose(1, 2).reshape(b, n, e))
 
 
 class SDPALanguageModel(nn.Module):
@@ -146,11 +160,23 @@ class SDPALanguageModel(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.generator = nn.Linear(d_model, vocab)
         self.generator.weight = self.embed.weight
+        self.checkpoint_layers = False
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
         """tokens (B, L), mask (L, L) bool (True = may attend) -> logits (B, L, V)."""
+        return self.head(self.hidden(tokens, mask))
+
+    def hidden(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        """The states (B, L, E) before the final LayerNorm; with ``checkpoint_layers`` (and
+        gradients on) each layer's two sub-blocks run under ``torch.utils.checkpoint``
+        (non-reentrant), as attnkit's ``TransformerLM`` checkpoints them."""
         n = tokens.shape[1]
         x = self.embed(tokens) * math.sqrt(self.d_model) + sinusoidal(n, self.d_model)
+        save = self.checkpoint_layers and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer.checkpointed(x, mask) if save else layer(x, mask)
+        return x
+
+    def head(self, x: Tensor) -> Tensor:
+        """States (..., E) -> logits (..., V)."""
         return self.generator(self.norm(x))

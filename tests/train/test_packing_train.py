@@ -32,7 +32,7 @@ def test_config_checks(rhyme_file):
         TrainConfig(pack="yes").resolved()
     c = TrainConfig(task="lm", data=str(rhyme_file), max_len=32).resolved()
     assert c.block_size == 32
-    assert TrainConfig(task="translate", data="x.tsv", pack=True).resolved().max_len == 512
+    assert TrainConfig(task="translate", data="x.tsv", pack=True).resolved().max_len is None
 
 
 def test_too_long_pair_is_a_clear_error(tmp_path):
@@ -73,9 +73,11 @@ def test_cli_lm_pack_window_then_generate(capsys, tmp_path, rhyme_file):
     out = tmp_path / "lm"
     argv = ["train", "--task", "lm", "--data", rhyme_file, "--pack", "--window", "64"]
     argv += ["--out", out, "--max-steps", "3", "--no-progress", "--batch-size", "4", *TINY_ARGS]
+    argv += ["--checkpoint"]
     assert main([str(a) for a in argv]) == 0
     cfg = json.loads(next(out.glob("step-*/config.json")).read_text())
     assert cfg["train"]["pack"] is True and cfg["train"]["window"] == 64
+    assert cfg["train"]["checkpoint"] is True
     assert cfg["model"]["window"] == 64 and cfg["model"]["attention_dropout"] == 0.0
     capsys.readouterr()
     assert main(["generate", "--ckpt", str(out), "--prompt", "humpty dumpty"]) == 0

@@ -83,8 +83,9 @@ def run(ns: argparse.Namespace) -> int:
             f"examples from {source}"
         )
         if task == "lm":
+            c = loaded.train_config
             ppl = metrics.perplexity(
-                loaded.model, loaded.tokenizer, items, loaded.train_config.block_size
+                loaded.model, loaded.tokenizer, items, c.block_size, packed=c.pack is True
             )
             print(f"perplexity={ppl:.4f}")
             return 0

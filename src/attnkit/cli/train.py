@@ -28,9 +28,11 @@ examples:
       --max-minutes 10
   attnkit train --task lm --data rhymes.txt --out runs/lm --max-minutes 5 --tokenizer word
   attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv --pack --out runs/fra-pack
-      packs several sentence pairs into each row of --max-len tokens (document masks)
+      packs several sentence pairs into each row (document masks); the row length is
+      twice the longest training pair rounded up to a multiple of 32 unless --max-len is given
   attnkit train --task lm --data book.txt --max-len 16384 --window 256 --batch-size 1 \\
-      --out runs/long     (local attention: each token sees the 256 tokens before it)
+      --checkpoint --out runs/long     (local attention: each token sees the 256 tokens
+      before it; --checkpoint recomputes layers in the backward pass to save memory)
   attnkit train --resume runs/fra --max-minutes 20      (continues in runs/fra)
   torchrun --nproc_per_node=2 -m attnkit train --task copy --out runs/ddp --max-steps 600
       two processes (DistributedDataParallel, gloo on CPU); each step sees 2 x --batch-size
@@ -82,11 +84,23 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     ),
     "--max-len": (
         "max_len",
-        dict(type=int, help="tokens per row: packed rows (512), lm windows (= --block-size)"),
+        dict(
+            type=int,
+            help="tokens per row: packed rows (default: twice the longest training pair, "
+            "rounded up to a multiple of 32; lm: --block-size), lm windows (= --block-size)",
+        ),
     ),
     "--window": (
         "window",
         dict(type=int, metavar="W", help="lm: local attention to the W tokens before"),
+    ),
+    "--checkpoint": (
+        "checkpoint",
+        dict(
+            action="store_true",
+            help="lm: recompute layers in the backward pass and compute the loss in chunks "
+            "(same losses, less memory, about one more forward)",
+        ),
     ),
     "--accumulate": (
         "accumulate",

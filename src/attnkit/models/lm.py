@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnkit import checks
 from attnkit.checks import positive_int
@@ -123,6 +124,30 @@ class CausalLayer(TransformerEncoderLayer):
     def _cached_sa(self, x: Tensor, mask, cache: KVCache) -> Tensor:
         return self.dropout1(self.self_attn(x, mask=mask, cache=cache)[0])
 
+    def checkpointed(self, src: Tensor, mask=None) -> Tensor:
+        """``forward(src, mask)`` (B, L, E) -> (B, L, E) with each sub-block (self-attention,
+        feed-forward) under ``torch.utils.checkpoint`` (non-reentrant, RNG state preserved):
+        only the two sub-blocks' inputs are kept for the backward pass, which recomputes one
+        sub-block at a time."""
+        x = self.check_inputs(src, mask)
+        if self.norm_first:
+            x = x + checkpoint(self._pre_attention, x, mask, use_reentrant=False)
+            return x + checkpoint(self._pre_feed_forward, x, use_reentrant=False)
+        x = checkpoint(self._post_attention, x, mask, use_reentrant=False)
+        return checkpoint(self._post_feed_forward, x, use_reentrant=False)
+
+    def _pre_attention(self, x: Tensor, mask) -> Tensor:
+        return self._sa_block(self.norm1(x), mask, False)[0]
+
+    def _pre_feed_forward(self, x: Tensor) -> Tensor:
+        return self.dropout2(self._ff_block(self.norm2(x)))
+
+    def _post_attention(self, x: Tensor, mask) -> Tensor:
+        return self.norm1(x + self._sa_block(x, mask, False)[0])
+
+    def _post_feed_forward(self, x: Tensor) -> Tensor:
+        return self.norm2(x + self.dropout2(self._ff_block(x)))
+
 
 class LMCache:
     """One self-attention :class:`~attnkit.nn.cache.KVCache` per layer of a TransformerLM."""
@@ -180,6 +205,9 @@ class TransformerLM(nn.Module):
         )
         self.norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None
         self.generator = nn.Linear(c.d_model, c.vocab_size)
+        self.checkpoint_layers = False
+        """Recompute each layer in the backward pass instead of keeping its activations (a
+        training option, not part of the config: see :meth:`hidden`)."""
         set_attention_dropout(self, c.attention_dropout)
         with torch.no_grad():
             nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
@@ -220,6 +248,19 @@ class TransformerLM(nn.Module):
         token: give padding a document of its own); ``position_ids`` (B, L) ints >= 0 (default
         with doc_ids: restarting at 0 wherever the document id changes; default without: 0, 1,
         ...)."""
+        return self._head(self.hidden(tokens, doc_ids, position_ids))
+
+    def hidden(
+        self, tokens: Tensor, doc_ids: Tensor | None = None, position_ids: Tensor | None = None
+    ) -> Tensor:
+        """The states (B, L, E) the generator reads (before the final LayerNorm): ``forward``
+        is ``head(hidden(...))`` (:meth:`head`). Arguments as :meth:`forward`.
+
+        With :attr:`checkpoint_layers` set and gradients on, each layer's two sub-blocks
+        (self-attention, feed-forward) run under ``torch.utils.checkpoint``
+        (:meth:`CausalLayer.checkpointed`; the RNG state preserved, so dropout draws the same
+        masks): only their inputs are kept, their activations are recomputed in the backward
+        pass. Same values and gradients, less memory, about one more forward."""
         tokens = self._check_tokens("tokens", tokens)
         if doc_ids is not None:
             doc_ids = check_ids("doc_ids", doc_ids, tokens, "tokens")
@@ -242,8 +283,14 @@ class TransformerLM(nn.Module):
             if position_ids is None
             else embed_at(self.positional, x, position_ids)
         )
+        save = self.checkpoint_layers and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer.checkpointed(x, mask) if save else layer(x, mask)
+        return x
+
+    def head(self, x: Tensor) -> Tensor:
+        """States (..., E) from :meth:`hidden` -> logits (..., V): final LayerNorm (pre-norm
+        models) and the generator."""
         return self._head(x)
 
     def new_cache(self) -> LMCache:

@@ -3,11 +3,13 @@
 
 Files, in dependency order: ``data`` (reading files, synthetic tasks, the held-out split),
 ``tokenizer`` (``tokenizers`` models trained on the split), ``config`` (:class:`TrainConfig`),
+``loss`` (the one token cross-entropy, and its chunked form), ``packing`` (packed rows),
 ``tasks`` (config -> ids and model), ``batches`` (length buckets as a function of seed and
 epoch), ``schedule`` (warm-up), ``state`` (optimiser and RNG state as tensors + JSON),
 ``checkpoint`` (atomic directories, verification), ``session`` (what a checkpoint holds, loading
 it), ``metrics`` (exact match, BLEU/chrF, perplexity, decoding helpers), ``progress`` (the bar),
-``trainer`` (the loop).
+``distributed`` (torchrun), ``steps`` (one optimiser step, one evaluation, activation
+checkpointing), ``trainer`` (the loop).
 
     from attnkit.train import TrainConfig, train, load
     ckpt = train(TrainConfig(task="copy", max_steps=600), "runs/copy")

@@ -25,9 +25,6 @@ __all__ = ["RUN_FIELDS", "TASKS", "TASK_DEFAULTS", "TrainConfig"]
 
 TASKS = ("copy", "reverse", "sort", "lm", "translate")
 
-PACK_ROW = 512
-"""Default row length of ``pack`` for the encoder-decoder tasks (tokens per source / target row)."""
-
 RUN_FIELDS = frozenset(
     {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
 ) | {"accumulate", "dist_timeout"}  # accumulate: the trainer checks processes x accumulate
@@ -86,9 +83,14 @@ class TrainConfig:
     ``lr_factor`` · d_model^-0.5 · min(step^-0.5, step · ``warmup``^-1.5);
     ``label_smoothing``; gradient norm clipped to ``clip`` (0 = off); ``batch_size`` sequences.
     Packing and long context: ``pack`` several sequences into each row of ``max_len`` tokens
-    (document masks keep them apart, positions restart; default row 512, lm: ``block_size``);
+    (document masks keep them apart, positions restart; default row: lm ``block_size``, the
+    encoder-decoder tasks :func:`attnkit.train.packing.default_row_length` of the training
+    pairs, twice the longest rounded up to a multiple of 32, chosen when the data is read);
     ``max_len`` for lm is also its training window (it replaces ``block_size``); ``window``: the
-    lm attends locally, each token to itself and the ``window`` tokens before it.
+    lm attends locally, each token to itself and the ``window`` tokens before it;
+    ``checkpoint`` (lm): recompute each layer's sub-blocks in the backward pass instead of
+    keeping their activations, and compute the loss a chunk of positions at a time (same
+    losses, less memory).
     Run: ``max_steps``, ``max_minutes`` (None = no limit; at least one must be set), logging,
     evaluation and checkpoint intervals in steps, ``keep`` last checkpoints, torch ``threads``
     (None = torch's default).
@@ -133,6 +135,7 @@ class TrainConfig:
     window: int | None = None
     accumulate: int = 1
     dist_timeout: float = 300.0
+    checkpoint: bool = False
 
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
@@ -145,8 +148,8 @@ class TrainConfig:
             c.min_length = c.length
         if c.max_len is not None and positive_int("max_len", c.max_len) and c.task == "lm":
             c.block_size = c.max_len  # one length for lm windows and packed rows
-        if c.pack is True and c.max_len is None:
-            c.max_len = c.block_size if c.task == "lm" else PACK_ROW
+        if c.pack is True and c.max_len is None and c.task == "lm":
+            c.max_len = c.block_size  # seq2seq: from the data (attnkit.train.tasks.prepare)
         if c.data is not None:  # one spelling per file, whatever the working directory
             c.data = str(Path(c.data).expanduser().resolve())
         c.validate()
@@ -199,6 +202,11 @@ class TrainConfig:
                     f"{self.task!r}"
                 )
         positive_int("accumulate", self.accumulate)
+        flag("checkpoint", self.checkpoint)
+        if self.checkpoint and self.task != "lm":
+            raise ValueError(
+                f"checkpoint: activation checkpointing is for the lm task, got task {self.task!r}"
+            )
         positive_float("dist_timeout", self.dist_timeout)
         if self.task in ("lm", "translate") and self.data is None:
             raise ValueError(f"data: the {self.task} task needs a data file (--data FILE)")

@@ -9,12 +9,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from attnkit.train import tokenizer as tk
 from attnkit.train.batches import batch_logits, pad
-from attnkit.train.tasks import lm_stream, lm_windows, seq2seq_example
+from attnkit.train.loss import token_cross_entropy
+from attnkit.train.packing import PackSpec
+from attnkit.train.tasks import lm_sequences, lm_stream, lm_windows, seq2seq_example
 
 __all__ = [
     "Scores",
@@ -27,25 +28,19 @@ __all__ = [
 ]
 
 
-def _nll_sum(model, kind: str, batch: list) -> tuple[float, int]:
-    """(sum of token NLLs, number of target tokens) of one batch of examples."""
-    logits, y = batch_logits(model, kind, batch)
-    nll = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).double(),
-        y.reshape(-1),
-        ignore_index=tk.PAD,
-        reduction="sum",
-    )
-    return float(nll), int((y != tk.PAD).sum())
-
-
 @torch.no_grad()
-def heldout_loss(model, kind: str, examples: list, batch_size: int = 64) -> float:
-    """Mean NLL per target token (nats, no label smoothing) of ``examples`` (model in eval)."""
+def heldout_loss(
+    model, kind: str, examples: list, batch_size: int = 64, pack: PackSpec | None = None
+) -> float:
+    """Mean NLL per target token (nats, no label smoothing, summed in float64) of ``examples``
+    (model in eval), ``batch_size`` examples at a time; with ``pack``, each batch packed into
+    rows of ``pack.max_len`` (document masks, positions restarting per sequence), as training
+    packs them."""
     total, count = 0.0, 0
     for i in range(0, len(examples), batch_size):
-        s, n = _nll_sum(model, kind, examples[i : i + batch_size])
-        total, count = total + s, count + n
+        logits, y = batch_logits(model, kind, examples[i : i + batch_size], pack)
+        s, n = token_cross_entropy(logits, y, dtype=torch.float64)
+        total, count = total + float(s), count + n
     return total / max(count, 1)
 
 
@@ -102,9 +97,17 @@ def bleu_chrf(hyps: list[str], refs: list[str]) -> Scores:
 
 
 @torch.no_grad()
-def perplexity(model, tok: Tokenizer, lines: list[str], block: int) -> float:
+def perplexity(model, tok: Tokenizer, lines: list[str], block: int, packed: bool = False) -> float:
     """exp(mean NLL per token) of ``lines`` (joined by [EOS]) in windows of ``block`` tokens,
-    each window predicted from its own start (non-overlapping)."""
+    each window predicted from its own start (non-overlapping); ``packed`` (a model trained
+    with ``--pack``): each line on its own (its ids + [EOS], cut every ``block`` tokens), packed
+    into rows of ``block`` with document masks, as that model was trained."""
+    if packed:
+        seqs = [(p,) for line in lines for p in lm_sequences(tok, line, block)]
+        seqs = [s for s in seqs if len(s[0]) >= 2]
+        if not seqs:
+            raise ValueError("lines: no tokens to score")
+        return math.exp(heldout_loss(model, "lm", seqs, pack=PackSpec(block, 1)))
     windows = lm_windows(lm_stream(tok, lines), block, block)
     if not windows:
         raise ValueError("lines: no tokens to score")

@@ -8,10 +8,12 @@ cross-attention target ids against source ids), so the ``blocksparse`` backend s
 that mixes two sequences and no dense L x L mask is built. (Two conditions, both the
 dispatcher's: the model's attention dropout is 0, as the trainer sets it with ``--pack``, since
 blocksparse has no dropout; and rows are long enough to leave empty blocks, e.g. 512 tokens of
-sentences: ``auto`` runs a 128-token row with the dense backend and its small mask, which is
-faster there.) Padding at a row's end has its own
-document id (and the target padding another id than the source padding, so padded target rows
-attend to nothing in cross-attention); its targets are PAD, the only positions the loss ignores.
+sentences: ``auto`` runs short rows with the dense backend and its small mask, which is faster
+there.) Rows of sentences train fastest when short: :func:`default_row_length` (twice the
+longest sequence, rounded up to a multiple of 32) is the trainer's default. Padding at a row's
+end has its own document id (and the target padding another id than the source padding, so
+padded target rows attend to nothing in cross-attention); its targets are PAD, the only
+positions the loss ignores.
 
 Per sequence the computation is that of the sequence alone: same positions, same keys, same
 targets (a language-model sequence ``x`` is trained on inputs ``x[:-1]`` and targets ``x[1:]``,
@@ -26,7 +28,8 @@ draws exactly the batches of an uninterrupted one.
 Shape legend: ``R`` rows of a packed batch, ``L`` / ``S`` / ``T`` row lengths (lm, source,
 target), ``V`` vocabulary.
 
-    batch = pack_seq2seq([(src_ids, tgt_ids), ...], max_len=512)
+    sizes = [(len(s), len(t) - 1) for s, t in pairs]   # (source, decoder) tokens per pair
+    batch = pack_seq2seq(pairs, max_len=default_row_length(sizes))
     loss, ntok = packed_loss(model, batch)            # mean NLL per target token
 """
 
@@ -38,15 +41,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit import checks
+from attnkit.train.loss import token_cross_entropy
 from attnkit.train.tokenizer import PAD
 
 __all__ = [
     "PackSpec",
     "PackedBatch",
+    "default_row_length",
     "epoch_packed_batches",
     "pack_examples",
     "pack_lm",
@@ -150,6 +154,31 @@ def pack_rows(sizes: Sequence, max_len: int) -> list[list[int]]:
             rows.append([i])
             free.append(max_len - need)
     return rows
+
+
+ROW_MULTIPLE = 32
+"""Default packed rows are a multiple of this many tokens (:func:`default_row_length`)."""
+
+
+def default_row_length(sizes: Sequence) -> int:
+    """The row length ``--pack`` uses when no ``--max-len`` is given: the smallest multiple of
+    :data:`ROW_MULTIPLE` (32) that holds twice the longest sequence (on its longest side).
+
+    ``sizes``: per sequence, its size (int) or sizes per side (tuple), as :func:`pack_rows`
+    takes them. Why: attention inside a row costs about (row length) per token with the dense
+    backend and its small document mask, while padding at a row's end shrinks as the row grows
+    relative to its sequences; rows of one to four times the longest sentence pair train
+    eng-fra fastest (``benchmarks/bench_train.py --child pack-lengths``, three runs: rows of
+    16-64 tokens 1.3-1.5x the padded peer, 128 1.2-1.3x, 256 and 512 0.8-1.1x). ValueError
+    for no or empty sizes.
+    """
+    arr = np.asarray(sizes, dtype=np.int64)
+    if arr.size == 0:
+        raise ValueError("sizes: expected at least one sequence size")
+    longest = int(arr.max())
+    if longest < 1:
+        raise ValueError(f"sizes: expected a sequence of at least 1 token, got {longest}")
+    return ROW_MULTIPLE * -(-2 * longest // ROW_MULTIPLE)
 
 
 def split_long(seq: list[int], max_len: int) -> list[list[int]]:
@@ -257,25 +286,17 @@ def packed_loss(
     tokens) of a packed batch; only PAD targets (a row's end) are ignored. Equals the loss of
     the same sequences in a padded batch (``attnkit.train.batches.batch_logits``)."""
     checks.probability("label_smoothing", label_smoothing)
-    logits = packed_logits(model, batch)
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        batch.targets.reshape(-1),
-        ignore_index=PAD,
+    return token_cross_entropy(
+        packed_logits(model, batch),
+        batch.targets,
         label_smoothing=label_smoothing,
+        reduction="mean",
     )
-    return loss, batch.num_tokens
 
 
 def sequence_losses(model: torch.nn.Module, batch: PackedBatch) -> Tensor:
     """Summed NLL of every packed sequence, (N,) in the order given to the pack function."""
-    logits = packed_logits(model, batch)
-    nll = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        batch.targets.reshape(-1),
-        ignore_index=PAD,
-        reduction="none",
-    ).reshape(batch.targets.shape)
+    nll, _ = token_cross_entropy(packed_logits(model, batch), batch.targets, reduction="none")
     n = sum(len(r) for r in batch.rows)
     out = nll.new_zeros(n)
     for ri, row in enumerate(batch.rows):

@@ -32,7 +32,7 @@ from attnkit.train.data import (
     split_heldout,
     synthetic_split,
 )
-from attnkit.train.packing import PackSpec, split_long
+from attnkit.train.packing import PackSpec, default_row_length, split_long
 
 __all__ = [
     "TaskData",
@@ -140,7 +140,14 @@ def lm_sequences(tok: Tokenizer, line: str, max_len: int) -> list[list[int]]:
 
 
 def _seq2seq_pack(examples: list, c: TrainConfig) -> PackSpec:
-    """The pack spec of seq2seq examples; DataError when one does not fit a row."""
+    """The pack spec of seq2seq examples: rows of ``c.max_len`` or, when None, of
+    :func:`~attnkit.train.packing.default_row_length` of the examples (a function of the
+    tokenizer and the training split, so a resumed run gets the same); DataError when an
+    example does not fit a row."""
+    if c.max_len is None:
+        return PackSpec(
+            default_row_length([(len(s), len(t) - 1) for s, t in examples]), _budget(examples, c)
+        )
     for i, (s, t) in enumerate(examples):
         if max(len(s), len(t) - 1) > c.max_len:
             longest = max(max(len(s), len(t) - 1) for s, t in examples)
@@ -149,8 +156,13 @@ def _seq2seq_pack(examples: list, c: TrainConfig) -> PackSpec:
                 f"tokens on one side, more than a packed row of --max-len {c.max_len}; use "
                 f"--max-len {longest} or more"
             )
+    return PackSpec(c.max_len, _budget(examples, c))
+
+
+def _budget(examples: list, c: TrainConfig) -> int:
+    """Ids per packed batch: ``batch_size`` examples of the mean size."""
     mean = sum(len(s) + len(t) for s, t in examples) / len(examples)
-    return PackSpec(c.max_len, max(1, round(c.batch_size * mean)))
+    return max(1, round(c.batch_size * mean))
 
 
 def model_config(c: TrainConfig, kind: str, vocab_size: int, max_len: int) -> dict:

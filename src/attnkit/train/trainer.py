@@ -1,5 +1,6 @@
 """The training loop: AdamW with the warm-up schedule, label smoothing, gradient clipping,
 length-bucketed batches, periodic evaluation, a JSONL log, atomic checkpoints, bit-exact resume.
+One step and one evaluation are in :mod:`attnkit.train.steps`.
 
 Determinism: the weights come from ``torch.manual_seed(seed)``; batches are a function of
 (seed, epoch) (:mod:`attnkit.train.batches`) and the run stores its position (epoch, next
@@ -25,28 +26,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from attnkit.train import session
-from attnkit.train.batches import batch_logits, epoch_batches
+from attnkit.train.batches import epoch_batches
 from attnkit.train.checkpoint import CheckpointError, write_checkpoint
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
 from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
-from attnkit.train.metrics import exact_match, heldout_loss, translate
 from attnkit.train.progress import JsonLog, Progress
 from attnkit.train.schedule import noam_lr
 from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state
-from attnkit.train.tasks import (
-    TaskData,
-    build_model,
-    lm_stream,
-    lm_windows,
-    model_config,
-    prepare,
-    seq2seq_example,
-)
-from attnkit.train.tokenizer import PAD
+from attnkit.train.steps import evaluate, heldout_examples, optimizer_step, training_module
+from attnkit.train.tasks import TaskData, build_model, model_config, prepare
 
 __all__ = ["train"]
 
@@ -64,86 +55,6 @@ def _check_out(out: Path, resumed: Path | None) -> None:
                 f"out: {out} already exists and is not empty; choose a new --out, or "
                 f"--resume {out} to continue that run"
             )
-
-
-def _loss_sum(
-    model, kind: str, batch: list, smoothing: float, pack=None
-) -> tuple[torch.Tensor, int]:
-    """(the summed, label-smoothed cross-entropy of the batch's target tokens: a differentiable
-    0-dim tensor; the number of target tokens). PAD targets count in neither."""
-    logits, y = batch_logits(model, kind, batch, pack)
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        y.reshape(-1),
-        ignore_index=PAD,
-        label_smoothing=smoothing,
-        reduction="sum",
-    )
-    return loss, int((y != PAD).sum())
-
-
-def _step(
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    data: TaskData,
-    c: TrainConfig,
-    d: Dist,
-    micro: list[np.ndarray],
-    time_up: Callable[[], bool],
-) -> tuple[float, int, bool]:
-    """One optimiser step on this rank's micro-batches ``micro`` (arrays of example indices);
-    returns (the step's mean token loss over all ranks, its target tokens over all ranks,
-    whether any rank's ``time_up()`` said to stop).
-
-    Normalisation. With W ranks, K micro-batches each, L_rk the summed token losses of
-    micro-batch k on rank r and N = sum N_rk the step's target tokens on all ranks, the step
-    minimises the mean token loss of all W*K micro-batches taken as one batch:
-    ``sum_rk L_rk / N``. Each micro-batch back-propagates its own sum L_rk (under DDP's
-    ``no_sync`` except the last, whose backward all-reduces the accumulated gradients and, as
-    DDP does, divides them by W); one all-reduce of (sum L, N, stop) follows, and the gradients
-    are multiplied by W / N. So W processes x K micro-batches of B sequences give the update
-    of one process with one batch of W*K*B sequences, whatever the padding and however unevenly
-    the tokens fall between micro-batches (a mean per micro-batch would weight them equally and
-    differ); only the order of float additions differs.
-    """
-    opt.zero_grad(set_to_none=True)
-    loss_sum, ntok = 0.0, 0
-    for k, ids in enumerate(micro):
-        batch = [data.examples[i] for i in ids]
-        with d.sync(model, last=k == len(micro) - 1):
-            loss, n = _loss_sum(model, data.kind, batch, c.label_smoothing, data.pack)
-            loss.backward()
-        loss_sum, ntok = loss_sum + loss.item(), ntok + n
-    total, count, stops = d.all_sum([loss_sum, ntok, float(time_up())])
-    scale = d.world_size / max(count, 1.0)
-    for p in model.parameters():
-        if p.grad is not None:
-            p.grad.mul_(scale)
-    if c.clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip)
-    opt.step()
-    return total / max(count, 1.0), int(count), stops > 0
-
-
-def _heldout_examples(data: TaskData, c: TrainConfig) -> list:
-    if data.kind == "lm":
-        return [
-            (w,)
-            for w in lm_windows(lm_stream(data.tokenizer, data.heldout), c.block_size, c.block_size)
-        ]
-    return [seq2seq_example(data.tokenizer, s, t) for s, t in data.heldout]
-
-
-def _evaluate(model, data: TaskData, c: TrainConfig, held: list, step: int) -> dict:
-    model.eval()
-    row: dict = {"step": step, "val_loss": heldout_loss(model, data.kind, held)}
-    if data.kind == "lm":
-        row["val_ppl"] = float(np.exp(row["val_loss"]))
-    elif c.task != "translate":
-        hyps = translate(model, data.tokenizer, [s for s, _ in data.heldout])
-        row["val_exact"] = exact_match(hyps, [t for _, t in data.heldout])
-    model.train()
-    return row
 
 
 @dataclass
@@ -275,7 +186,7 @@ def _train(
                 f"rank {d.rank}: another process of the run failed to start (its own message "
                 "says why)"
             )
-        model = d.wrap(s.model)
+        model = d.wrap(training_module(s.model, s.data.kind, c))
     # the generators last: nothing draws between restoring them and training
     if s.loaded is None and d.enabled:
         torch.manual_seed(rank_seed(c.seed, d.rank))  # each rank its own dropout
@@ -287,7 +198,7 @@ def _train(
             echo(note)
     data, opt, per_step = s.data, s.opt, d.world_size * c.accumulate
     step, epoch, index, tokens, plan = s.step, s.epoch, s.index, s.tokens, s.plan
-    held = _heldout_examples(data, c) if d.is_main else []
+    held = heldout_examples(data, c) if d.is_main else []
 
     def save() -> Path:
         with d.guard(f"saving step {step}"):
@@ -331,10 +242,11 @@ def _train(
         log = JsonLog(out / LOG, None if s.loaded is None else step)
     n_params = sum(p.numel() for p in s.model.parameters())
     procs = "" if not d.enabled else f", {d.world_size} processes"
+    packed = "" if data.pack is None else f"; packed rows of {data.pack.max_len} tokens"
     echo(
         f"{'resuming' if s.loaded else 'training'} {c.task}: {len(data.examples)} training "
         f"examples, {len(data.heldout)} held out, vocabulary {data.tokenizer.get_vocab_size()}, "
-        f"{n_params:,} parameters{procs}; step {step}; writing to {out}"
+        f"{n_params:,} parameters{procs}{packed}; step {step}; writing to {out}"
     )
     first, first_tokens, t0, saved, stop = step, tokens, time.monotonic(), None, False
     stepping = 0.0  # seconds inside optimiser steps (no evaluation, no saving)
@@ -355,7 +267,7 @@ def _train(
                 g["lr"] = lr
             t_step = time.monotonic()
             with d.guard(f"step {step}"):
-                loss_value, ntok, stop = _step(model, opt, data, c, d, micro, time_up)
+                loss_value, ntok, stop = optimizer_step(model, opt, data, c, d, micro, time_up)
             tokens, stepping = tokens + ntok, stepping + time.monotonic() - t_step
             elapsed = time.monotonic() - t0
             tok_s = (tokens - first_tokens) / max(elapsed, 1e-9)
@@ -373,11 +285,11 @@ def _train(
                     }
                 )
             if log is not None and step % c.eval_every == 0:
-                log.write(_evaluate(s.model, data, c, held, step))
+                log.write(evaluate(s.model, data, c, held, step))
             if step % c.save_every == 0:
                 saved = save()
         if log is not None and step % c.eval_every != 0 and step > first:
-            log.write(_evaluate(s.model, data, c, held, step))
+            log.write(evaluate(s.model, data, c, held, step))
         if saved is None or saved.name != f"step-{step:08d}":
             saved = save()
         with d.guard("finishing"):
