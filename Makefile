@@ -48,6 +48,11 @@ accept-copy accept-translate accept-lm: $(STAMP_RUN)
 long: $(STAMP_DEV)
 	ATTNKIT_LONG=1 $(BIN)/python -m pytest -q tests/train/test_window.py -k long_context
 
+# Row lengths of --pack on the eng-fra bench row: how the default row length was chosen (~3 min).
+.PHONY: pack-lengths
+pack-lengths: $(STAMP_RUN)
+	cd benchmarks && ../$(BIN)/python bench_train.py --child pack-lengths --arg 16,32,64,128,256,512
+
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
 
