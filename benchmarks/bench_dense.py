@@ -2,8 +2,10 @@
 
 Rows (B = 1, H = 8, d = 64, float32): no mask at L = 1k, 4k, 16k (target >= 0.95x); top-left
 causal at L = 4k (``attnkit.masks.causal()`` against SDPA ``is_causal=True``); forward+backward at
-L = 4k; and the per-call overhead of attnkit (validation + dispatch) at L = 64, where the kernel
-time is small. ``--quick`` runs L = 256 / 512 with few repeats.
+L = 4k; and the per-call overhead of attnkit (validation, dispatch and the NaN/overflow policy's
+input scan) at L = 64, where the kernel time is small, and at the decode shape (one query row
+against 2048 cached keys, 8 heads, and grouped-query with 2 key/value heads). ``--quick`` runs
+L = 256 / 512 with few repeats.
 
     python benchmarks/bench_dense.py --list
     python benchmarks/bench_dense.py --row dense-4k [--quick]
@@ -18,7 +20,7 @@ import torch.nn.functional as F
 from common import chosen_backend, interleaved_times, main, max_rel_err, measure_pair, qkv, row
 
 import attnkit
-from attnkit import masks
+from attnkit import functional, masks
 
 B, H, D = 1, 8, 64
 
@@ -90,34 +92,62 @@ def dense_fwdbwd_4k(quick: bool) -> dict:
     return _fwd_bwd_row(256, 3) if quick else _fwd_bwd_row(4096, 5)
 
 
-@row("dense-overhead", "dense fp32", "per-call overhead, L=64")
-def dense_overhead(quick: bool) -> dict:
-    """attnkit's fixed cost per call (validation + dispatch), from many calls on a tiny input."""
-    q, k, v = _qkv(64)
-    calls = 50 if quick else 400
+def _overhead(q, k, v, calls: int, quick: bool, gqa: bool = False) -> dict:
+    """attnkit's fixed cost per call against SDPA on the same (small) inputs, inference mode:
+    many calls per round, rounds interleaved, medians and fastest rounds per call."""
+    ours_fn = functional.grouped_query_attention if gqa else attnkit.scaled_dot_product_attention
+    kw = dict(enable_gqa=True) if gqa else {}
+    calls = max(1, calls // 8) if quick else calls
 
     def ours():
         for _ in range(calls):
-            attnkit.scaled_dot_product_attention(q, k, v)
+            ours_fn(q, k, v)
 
     def peer():
         for _ in range(calls):
-            F.scaled_dot_product_attention(q, k, v)
+            F.scaled_dot_product_attention(q, k, v, **kw)
 
     with torch.inference_mode():
+        err = max_rel_err(ours_fn(q, k, v), F.scaled_dot_product_attention(q, k, v, **kw))
         t = interleaved_times({"impl": ours, "peer": peer}, warmup=1, reps=5 if quick else 21)
     # per call; the fastest rounds, as noise only adds time and the cost is a few µs
     ours_us, peer_us = min(t["impl"]) / calls * 1e6, min(t["peer"]) / calls * 1e6
+    med_ours, med_peer = (float(statistics.median(t[n])) / calls for n in ("impl", "peer"))
     return dict(
-        impl_s=float(statistics.median(t["impl"])) / calls,
-        peer_s=float(statistics.median(t["peer"])) / calls,
-        peer="torch SDPA",
+        impl_s=med_ours,
+        peer_s=med_peer,
+        peer="torch SDPA" + (" enable_gqa" if gqa else ""),
         extra=dict(
             overhead_us=round(ours_us - peer_us, 1),
+            median_overhead_us=round((med_ours - med_peer) * 1e6, 1),
             attnkit_best_us=round(ours_us, 1),
             sdpa_best_us=round(peer_us, 1),
+            rel_err=f"{err:.1e}",
         ),
     )
+
+
+@row("dense-overhead", "dense fp32", "per-call overhead, L=64")
+def dense_overhead(quick: bool) -> dict:
+    """attnkit's fixed cost per call (validation, dispatch, the policy's input scan), from many
+    calls on a tiny input."""
+    return _overhead(*_qkv(64), calls=400, quick=quick)
+
+
+@row("dense-overhead-decode", "dense fp32", "per-call overhead, decode Lq=1, Lk=2048")
+def dense_overhead_decode(quick: bool) -> dict:
+    """One generated token's attention in one layer: q (1, 8, 1, 64) against a 2048-entry
+    cache (1, 8, 2048, 64)."""
+    q, k, v = _qkv(2048)
+    return _overhead(q[:, :, -1:].contiguous(), k, v, calls=100, quick=quick)
+
+
+@row("dense-overhead-decode-gqa", "dense fp32", "per-call overhead, decode GQA 8/2 heads, Lk=2048")
+def dense_overhead_decode_gqa(quick: bool) -> dict:
+    """As dense-overhead-decode with 2 key/value heads (grouped-query attention)."""
+    q, k, v = _qkv(2048)
+    k, v = k[:, :2].contiguous(), v[:, :2].contiguous()
+    return _overhead(q[:, :, -1:].contiguous(), k, v, calls=100, quick=quick, gqa=True)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ from attnkit import checks
 from attnkit import tensor_checks as tc
 from attnkit.kernels import dispatch
 from attnkit.kernels.base import AttentionCall, Backend, ungrouped
-from attnkit.kernels.dispatch import CACHE, mask_key, tensor_key
-from attnkit.kernels.numerics import quick_numerics
+from attnkit.kernels.dispatch import CACHE, Choice, mask_key
+from attnkit.kernels.scan import plan3
 from attnkit.masks import Mask, from_tensor
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "grouped_call",
     "grouped_for",
     "probe",
-    "run",
     "scale_or_default",
     "select_grouped",
 ]
@@ -138,23 +137,20 @@ def scale_or_default(scale: object, d_k: int) -> float:
 # calls: validated (or remembered) -> AttentionCall + backend
 # ---------------------------------------------------------------------------------------------
 def _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad) -> tuple:
-    """The key of a call signature (TypeError / AttributeError for arguments that are not
-    tensors or are unhashable: the caller then checks them the slow way)."""
+    """The key of a call signature: :func:`~attnkit.kernels.dispatch.tensor_key` of q, k and v
+    (written out: this runs on every call), the mask's key, the options with their types, the
+    requested backend and the grad mode (AttributeError / TypeError for arguments that are not
+    tensors: the caller then checks them the slow way)."""
     return (
         tag,
-        tensor_key(q),
-        tensor_key(k),
-        tensor_key(v),
+        type(q), q.shape, q.stride(), q.dtype, q.device, q.requires_grad,
+        type(k), k.shape, k.stride(), k.dtype, k.device, k.requires_grad,
+        type(v), v.shape, v.stride(), v.dtype, v.device, v.requires_grad,
         mask_key(mask, grad),
-        type(scale),
-        scale,
-        type(dropout_p),
-        dropout_p,
-        type(return_weights),
-        return_weights,
+        type(scale), scale, type(dropout_p), dropout_p, type(return_weights), return_weights,
         backend,
         grad,
-    )
+    )  # fmt: skip
 
 
 def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend):
@@ -162,24 +158,21 @@ def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend):
     grad = torch.is_grad_enabled()
     try:
         key = _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad)
+        if key[19] is None:  # a mask that cannot be remembered
+            return None, None
+        return key, CACHE.get(key, mask)
     except (AttributeError, TypeError):  # not tensors, or an unhashable option: check below
         return None, None
-    if key[4] is None:
-        return None, None
-    try:
-        return key, CACHE.get(key, mask)
-    except TypeError:  # an unhashable option
-        return None, None
 
 
-def _call(q, k, v, mask, options: tuple) -> AttentionCall:
-    """The AttentionCall of a remembered signature (the mask tensor lifted as checked before)."""
-    s, p, rw = options
-    if isinstance(mask, Tensor):
+def _call(q, k, v, mask, hit: Choice) -> AttentionCall:
+    """The AttentionCall of a remembered signature (the mask tensor lifted as checked before,
+    the remembered scan plan in its cache)."""
+    if mask is not None and isinstance(mask, Tensor):
         mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
-    return AttentionCall(
-        kind="dot", q=q, k=k, v=v, mask=mask, scale=s, dropout_p=p, return_weights=rw
-    )
+    call = AttentionCall.dot(q, k, v, mask, *hit.options)
+    call._cache["scan-plan"] = (q, k, v, hit.scan_plan)  # for these tensors only
+    return call
 
 
 def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: bool):
@@ -187,7 +180,7 @@ def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: b
     tag = "dot" if scaled else "dot-unscaled"
     key, hit = _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend)
     if hit is not None:
-        return _call(q, k, v, mask, hit.options), hit.backend
+        return _call(q, k, v, mask, hit), hit.backend
     backend = dispatch.check_backend_name(backend)
     rw = checks.flag("return_weights", return_weights)
     p = checks.probability("dropout_p", dropout_p)
@@ -199,7 +192,7 @@ def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: b
         dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
     b = dispatch.select(call, backend)
     if key is not None:
-        CACHE.put(key, b, (s, p, rw), mask)
+        CACHE.put(key, b, (s, p, rw), mask, plan3(q, k, v))
     return call, b
 
 
@@ -261,7 +254,7 @@ def grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend):
     choice is the one for the repeated call; a remembered signature skips checks and choice."""
     key, hit = _remembered("gqa", q, k, v, mask, scale, dropout_p, return_weights, backend)
     if hit is not None:
-        return grouped_for(hit.backend, _call(q, k, v, mask, hit.options)), hit.backend
+        return grouped_for(hit.backend, _call(q, k, v, mask, hit)), hit.backend
     backend = dispatch.check_backend_name(backend)
     rw = checks.flag("return_weights", return_weights)
     p = checks.probability("dropout_p", dropout_p)
@@ -272,7 +265,7 @@ def grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend):
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     b = select_grouped(batch, lq, lk, q.shape[-1], v.shape[-1], q, grad, m, s, p, rw, backend)
     if key is not None:
-        CACHE.put(key, b, (s, p, rw), mask)
+        CACHE.put(key, b, (s, p, rw), mask, plan3(q, k, v))
     call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
     return grouped_for(b, call), b
 
@@ -302,15 +295,6 @@ def additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend):
     if rw:
         dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
     return call, backend
-
-
-def run(b: Backend, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
-    """``b.run(call)``; a dot-product call first gets the cheap numerics scan
-    (:func:`~attnkit.kernels.numerics.quick_numerics`), which settles the NaN/overflow policy of
-    most calls with one fast reduction per tensor before the backend applies it."""
-    if call.kind == "dot":
-        quick_numerics(call)
-    return b.run(call)
 
 
 def weight(name: str, w: object, rows: int | None, cols: int, what: str, ref: Tensor) -> Tensor:

@@ -92,7 +92,7 @@ def scaled_dot_product_attention(
         out = dropout(w) @ v
     """
     call, b = C.dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, True)
-    out, weights = C.run(b, call)
+    out, weights = b.run(call)
     return (out, weights) if return_weights else out
 
 
@@ -109,7 +109,7 @@ def dot_product_attention(
     """Unscaled dot-product attention softmax(q kᵀ + mask) v (seed 004); shapes as in
     :func:`scaled_dot_product_attention`."""
     call, b = C.dot_call(q, k, v, mask, None, dropout_p, return_weights, backend, False)
-    out, weights = C.run(b, call)
+    out, weights = b.run(call)
     return (out, weights) if return_weights else out
 
 
@@ -240,7 +240,7 @@ def grouped_query_attention(
                 return_weights=return_weights, backend=backend,
             )  # fmt: skip
     call, b = C.grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend)
-    out, weights = C.run(b, call)
+    out, weights = b.run(call)
     return (out, weights) if return_weights else out
 
 
@@ -335,7 +335,7 @@ def multi_head_attention(
     k = split_heads(f(key, w_k, b_k), g)  # (B, G, Lk, dk)
     v = split_heads(f(value, w_v, b_v), g)  # (B, G, Lk, dv)
     call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
-    out, weights = C.run(b, C.grouped_for(b, call))
+    out, weights = b.run(C.grouped_for(b, call))
     out = f(merge_heads(out), w_o, b_o)
     if weights is not None and avg:
         weights = weights.mean(dim=1)

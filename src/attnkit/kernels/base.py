@@ -47,6 +47,27 @@ class AttentionCall:
     w_v: Tensor | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
+    @classmethod
+    def dot(
+        cls,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Mask | None,
+        scale: float,
+        dropout_p: float,
+        return_weights: bool,
+    ) -> AttentionCall:
+        """``AttentionCall("dot", q, k, v, mask, scale, dropout_p, return_weights)`` for
+        arguments already checked, built without the frozen dataclass's per-field
+        ``object.__setattr__`` (a per-call cost on the dispatch's fast path)."""
+        self = object.__new__(cls)
+        self.__dict__.update(
+            kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
+            return_weights=return_weights, w_q=None, w_k=None, w_v=None, _cache={},
+        )  # fmt: skip
+        return self
+
     @property
     def batch_shape(self) -> tuple[int, ...]:
         return tuple(self.q.shape[:-2])

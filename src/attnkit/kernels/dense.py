@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, Backend, ungrouped
-from attnkit.kernels.numerics import fused_backward_ok, numerics, quick_numerics, run_dot
+from attnkit.kernels.numerics import fused_backward_ok, numerics, run_dot
 from attnkit.kernels.torch_math import plain_attention
 
 DENSE_MASK_LIMIT = 2**26
@@ -53,6 +53,10 @@ def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
     q, k, v = call.q, call.k, call.v
     if compute == torch.float64 and q.dtype != torch.float64:  # P5: overflowing scores
         q, k, v = q.double(), k.double(), v.double()
+    if call.mask is None and q.shape[:-2] == k.shape[:-2]:  # the common case, kept short
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=call.dropout_p, scale=call.scale
+        ), None
     kw = dict(dropout_p=call.dropout_p, scale=call.scale)
     if call.grouped:
         kw["enable_gqa"] = True
@@ -89,7 +93,6 @@ class DenseBackend(Backend):
         return []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
-        quick_numerics(call)  # settles the policy cheaply for most calls (else run_dot's scan)
         if call.grouped and not (numerics(call)[1] and fused_backward_ok(call)):
             call = ungrouped(call)  # the policy's and the plain-softmax paths need H heads
         return run_dot(call, _dense)

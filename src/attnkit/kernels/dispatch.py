@@ -168,12 +168,15 @@ def mask_key(mask: object, grad: bool) -> tuple | None:
 
 @dataclass(frozen=True)
 class Choice:
-    """A remembered outcome: the backend, the normalised options, and a weak reference to the
-    mask argument (its id is in the key; the reference proves it is still the same object)."""
+    """A remembered outcome: the backend, the normalised options, a weak reference to the
+    mask argument (its id is in the key; the reference proves it is still the same object) and
+    what the policy's input scan can read of q, k and v (a function of the signature)."""
 
     backend: Backend
     options: tuple
     mask_ref: weakref.ref | None
+    scan_plan: tuple[int, int, int] | None = None
+    """:func:`attnkit.kernels.scan.plan3` of the signature's q, k and v (None: none)."""
 
 
 class ChoiceCache:
@@ -193,9 +196,16 @@ class ChoiceCache:
             return None  # the registry changed
         return c
 
-    def put(self, key: tuple, backend: Backend, options: tuple, mask: object) -> None:
+    def put(
+        self,
+        key: tuple,
+        backend: Backend,
+        options: tuple,
+        mask: object,
+        scan_plan: tuple[int, int, int] | None = None,
+    ) -> None:
         ref = None if mask is None else weakref.ref(mask)
-        self._entries[key] = Choice(backend, options, ref)
+        self._entries[key] = Choice(backend, options, ref, scan_plan)
         while len(self._entries) > self.size:
             try:
                 del self._entries[next(iter(self._entries))]

@@ -14,7 +14,11 @@ P6 NaN or +-inf in q, k, v or a bias at a position a row attends to makes that w
    before computing and then sets the affected rows to NaN, so rows that do not attend to
    them are exact. Gradients of calls with non-finite inputs are unspecified.
 
-:func:`run_dot` applies the policy around a backend's ``impl(call, compute_dtype)``.
+:func:`numerics` is the one place the policy is decided for a call: :func:`input_scan` reads
+max|q|, max|k| and the finiteness of q, k and v in one exact pass per tensor
+(:mod:`attnkit.kernels.scan`), then :func:`decide` applies the cheap P5 bound and, only when it
+cannot settle the call, the tight one. :func:`run_dot` applies the decision around a backend's
+``impl(call, compute_dtype)``.
 
 Shape legend: ``...`` batch dims of q, ``Lq``/``Lk`` query/key lengths, ``d`` widths.
 """
@@ -22,12 +26,15 @@ Shape legend: ``...`` batch dims of q, ``Lq``/``Lk`` query/key lengths, ``d`` wi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+from attnkit.kernels.scan import absmax3
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnkit.kernels.base import AttentionCall
@@ -116,13 +123,21 @@ def _nonfinite_bias(mask: Mask | None) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 # the policy
 # ---------------------------------------------------------------------------------------------
+@functools.cache
+def _limits(dtype: torch.dtype) -> tuple[float, float]:
+    """(finfo.max / OVERFLOW_MARGIN, GRAD_SCORE_ERROR / finfo.eps) of a compute dtype: the
+    score bounds of P5 (overflow; exact fused backward)."""
+    fi = torch.finfo(dtype)
+    return fi.max / OVERFLOW_MARGIN, GRAD_SCORE_ERROR / fi.eps
+
+
 def _needs_float64(call: AttentionCall, bound: float, dtype: torch.dtype) -> bool:
     """P5: scores bounded by ``bound`` could overflow ``dtype``, or are too large for an exact
     fused backward."""
     fi = torch.finfo(dtype)
     if not bound < fi.max / OVERFLOW_MARGIN:
         return True
-    return call.needs_grad and not bound * fi.eps < GRAD_SCORE_ERROR
+    return not bound * fi.eps < GRAD_SCORE_ERROR and call.needs_grad
 
 
 def _row_norm_bound(call: AttentionCall) -> float:
@@ -134,42 +149,57 @@ def _row_norm_bound(call: AttentionCall) -> float:
     return float(qn * kn) * call.scale
 
 
-def _storage_order(t: Tensor) -> Tensor:
-    """``t`` with its dims permuted by decreasing stride: a view with the same elements that is
-    contiguous for any permuted layout (transformers' (B, L, H, d).transpose(1, 2)), so a
-    whole-tensor reduction reads it in place (aminmax on the transposed view copies it first)."""
-    return t.permute(sorted(range(t.dim()), key=lambda i: -t.stride(i)))
+def input_scan(
+    call: AttentionCall, scan: Callable[[Tensor], float] | None = None
+) -> tuple[float, float, bool]:
+    """(max|q|, max|k|, q, k and v all finite) for a dot-product call, from one exact pass per
+    tensor (:func:`attnkit.kernels.scan.absmax3`; ``scan`` replaces it per tensor, e.g. by the
+    torch reference :func:`~attnkit.kernels.scan.absmax_torch` in tests)."""
+    if scan is None:  # with the scan plan dispatch remembered for the signature, if any
+        qm, km, vm = absmax3(call.q, call.k, call.v, call._cache.get("scan-plan"))
+    else:
+        qm, km, vm = scan(call.q), scan(call.k), scan(call.v)
+    return qm, km, math.isfinite(qm) and math.isfinite(km) and math.isfinite(vm)
+
+
+def decide(
+    call: AttentionCall, qm: float, km: float, finite: bool
+) -> tuple[torch.dtype, bool, bool]:
+    """(compute dtype, all inputs finite, fused backward exact) for ``call`` from the scan's
+    max|q| and max|k| (:func:`input_scan`): the cheap bound max|q| max|k| d scale + max|bias|
+    first; only when it reaches a threshold of P5 the tight bound (row 2-norms, Cauchy-Schwarz),
+    which costs a pass over q and k in float64."""
+    bm, bad_bias = 0.0, False
+    if call.mask is not None and call.mask.has_bias:
+        extra = [bias_bound(call.mask, call.q_len, call.kv_len), _nonfinite_bias(call.mask)]
+        bm, bad_bias = torch.stack(extra).double().tolist()
+    finite = finite and not bad_bias
+    dtype = compute_dtype(call.dtype)
+    bound, tight = qm * km * call.q.shape[-1] * call.scale + bm, False
+    overflow, grad_limit = _limits(dtype)
+    if bound < overflow and bound < grad_limit:  # the common case: nothing more to check
+        return dtype, finite, True
+    if dtype != torch.float64 and _needs_float64(call, bound, dtype):
+        bound, tight = _row_norm_bound(call) + bm, True  # Cauchy-Schwarz: check again
+        if _needs_float64(call, bound, dtype):
+            dtype = torch.float64
+    ok = True
+    if not bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR and call.needs_grad:
+        if not tight:
+            bound = _row_norm_bound(call) + bm
+        ok = bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR
+    return dtype, finite, ok
 
 
 def numerics(call: AttentionCall) -> tuple[torch.dtype, bool]:
-    """(compute dtype, all inputs finite) for a dot-product call, with one host sync. Cached on
-    the call."""
-    key = "numerics"
-    if key not in call._cache:
-        ends = [
-            e for t in (call.q, call.k, call.v) for e in torch.aminmax(_storage_order(t.detach()))
-        ]
-        vals = torch.stack(ends).tolist()  # q, k, v share one dtype
-        qm, km = max(-vals[0], vals[1]), max(-vals[2], vals[3])
-        bm, bad_bias = 0.0, False
-        if call.mask is not None and call.mask.has_bias:
-            extra = [bias_bound(call.mask, call.q_len, call.kv_len), _nonfinite_bias(call.mask)]
-            bm, bad_bias = torch.stack(extra).double().tolist()
-        finite = math.isfinite(qm + km + vals[4] + vals[5]) and not bad_bias
-        dtype = compute_dtype(call.dtype)
-        bound, tight = qm * km * call.q.shape[-1] * call.scale + bm, False
-        if dtype != torch.float64 and _needs_float64(call, bound, dtype):
-            bound, tight = _row_norm_bound(call) + bm, True  # Cauchy-Schwarz: check again
-            if _needs_float64(call, bound, dtype):
-                dtype = torch.float64
-        ok = True
-        if call.needs_grad and not bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR:
-            if not tight:
-                bound = _row_norm_bound(call) + bm
-            ok = bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR
-        call._cache[key] = (dtype, finite)
+    """(compute dtype, all inputs finite) for a dot-product call: the one entry point of the
+    policy's decision (:func:`input_scan`, then :func:`decide`). Cached on the call."""
+    cached = call._cache.get("numerics")
+    if cached is None:
+        dtype, finite, ok = decide(call, *input_scan(call))
+        cached = call._cache["numerics"] = (dtype, finite)
         call._cache["fused-backward-ok"] = ok
-    return call._cache[key]
+    return cached
 
 
 def fused_backward_ok(call: AttentionCall) -> bool:
@@ -229,55 +259,12 @@ def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
         work = _sanitized(call)
         compute, _ = numerics(work)
     out, weights = impl(work, compute)
-    out = out.to(call.dtype)
-    weights = None if weights is None else weights.to(call.dtype)
+    if out.dtype != call.dtype:
+        out = out.to(call.dtype)
+    if weights is not None and weights.dtype != call.dtype:
+        weights = weights.to(call.dtype)
     if not finite:
         bad = nonfinite_rows(call)[..., None]
         out = torch.where(bad, math.nan, out)
         weights = None if weights is None else torch.where(bad, math.nan, weights)
     return out, weights
-
-
-# ---------------------------------------------------------------------------------------------
-# quick_numerics: a cheaper scan that decides most calls as numerics() would (added for issue 9's
-# per-call overhead; numerics() above is unchanged and remains the definition)
-# ---------------------------------------------------------------------------------------------
-def quick_numerics(call: AttentionCall) -> bool:
-    """Fill the cache of :func:`numerics` for ``call`` from a cheaper scan when that scan proves
-    the outcome numerics() would reach; True when it did (False: nothing cached, numerics() will
-    run its full scan).
-
-    The scan is one reduction per tensor, each cheaper than aminmax: ||q||_F, ||k||_F (torch's
-    vector_norm, any layout, torch's own thread pool) and sum(v). A finite sum(v) proves every v
-    finite (NaN and +-inf propagate through a sum; a sum that overflows only sends the call to
-    the full scan), likewise a finite norm for q and k. ``||q||_F * ||k||_F * scale`` bounds
-    every |q_i . k_j| * scale from above, so it bounds the tight (Cauchy-Schwarz) score bound of
-    numerics(); when it stays below both of numerics()'s thresholds (overflow, and for calls
-    that need gradients the fused-backward limit), numerics() would keep the compute dtype and
-    find the fused backward exact: that outcome is cached. The norms are inflated by their
-    worst-case rounding (n * eps). Only float32/float64 dot-product calls whose mask has no
-    bias take this path; the others go to numerics()."""
-    if "numerics" in call._cache:
-        return True
-    dtype = call.dtype
-    if dtype not in (torch.float32, torch.float64) or call.kind != "dot":
-        return False
-    if call.mask is not None and call.mask.has_bias:
-        return False
-    n = max(call.q.numel(), call.k.numel())
-    fi = torch.finfo(dtype)
-    if n * fi.eps >= 0.25:
-        return False
-    q, k, v = (t.detach() if t.requires_grad else t for t in (call.q, call.k, call.v))
-    norm = torch.linalg.vector_norm
-    qn, kn, vs = norm(q).item(), norm(k).item(), v.sum().item()  # cheaper than stack + tolist
-    if not math.isfinite(qn + kn + vs):
-        return False  # a non-finite input, or a scan that overflowed: the full scan decides
-    bound = qn * kn * (1 + 4 * n * fi.eps) * call.scale
-    if not bound < fi.max / OVERFLOW_MARGIN:
-        return False
-    if call.needs_grad and not bound * fi.eps < GRAD_SCORE_ERROR:
-        return False
-    call._cache["numerics"] = (dtype, True)
-    call._cache["fused-backward-ok"] = True
-    return True

@@ -1,0 +1,225 @@
+"""The input scan of the NaN/inf/overflow policy: max|x| over a tensor's entries, exactly, with
+NaN and +-inf reported (``math.nan`` when any entry is NaN, else ``math.inf`` when any is +-inf).
+
+Two implementations that return the same float for every tensor:
+
+- :func:`absmax_torch`: ``torch.aminmax`` on the storage-order view (any layout, any device).
+  The reference.
+- :func:`absmax_bits`: one integer max over the entries' bit patterns with the sign bit cleared
+  (:mod:`attnkit.kernels.absmax_kernels`, numba, one call, single pass, no temporaries; the
+  module docstring there says why this is exact). Only for CPU tensors whose distinct entries
+  form one dense block in memory (:func:`dense_span`: contiguous, any permutation of dims,
+  expanded dims, storage offsets); None otherwise.
+
+:func:`absmax` takes the second when it applies. At attention's per-call sizes the torch
+reduction costs a dispatch, a temporary and, above 32k entries, a wake-up of torch's thread
+pool per tensor; the bit scan reads the block once (about 5 us for q, k and v of
+(1, 8, 64, 64) float32 on an AVX-512 core, against 25-35 us for the torch reductions).
+
+Numba is loaded on first use, and only after :data:`WARM_CALLS` scans in the process, so a
+program that computes a handful of attention calls never pays numba's import for them.
+
+One thread reads the tensors. Reading is bound by memory bandwidth: on the 2-core machine of
+the benchmarks, k and v of a decode step (2 x 4 MiB) took 350-380 us with the numba scan, with
+torch's two-thread reductions and with the numba scan split over two threads alike, and the
+split scan lost 150-300 us per call (thread hand-off) whenever the other core was busy.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "WARM_CALLS",
+    "absmax",
+    "absmax3",
+    "absmax_bits",
+    "absmax_torch",
+    "dense_span",
+    "plan3",
+]
+
+WARM_CALLS = 16
+"""Scans done with :func:`absmax_torch` before :func:`absmax` loads the numba kernels."""
+
+_I16, _I32, _I64 = struct.Struct("=h"), struct.Struct("=i"), struct.Struct("=q")
+_F16, _F32, _F64 = struct.Struct("=e"), struct.Struct("=f"), struct.Struct("=d")
+_I32x3, _F32x3 = struct.Struct("=3i"), struct.Struct("=3f")
+_X3 = {
+    torch.float16: (struct.Struct("=3h"), struct.Struct("=3e")),
+    torch.float32: (_I32x3, _F32x3),
+    torch.float64: (struct.Struct("=3q"), struct.Struct("=3d")),
+}
+_INF_BITS = {
+    torch.float16: 0x7C00,
+    torch.bfloat16: 0x7F80,
+    torch.float32: 0x7F800000,
+    torch.float64: 0x7FF0000000000000,
+}
+_PLAIN = (Tensor, torch.nn.Parameter)
+"""Tensor types whose memory the bit scan reads; subclasses (fake, functorch or user tensors)
+get the torch scan, which dispatches through them."""
+_FLOAT32 = torch.float32
+_state: dict[str, object] = {"scans": 0}
+"""``scans``: the warm-up count; ``kernels``: the numba module (None: numba is not usable);
+``ready``: the numba module once a scan has used it (absent before: warm-up or not usable)."""
+
+
+def absmax_torch(t: Tensor) -> float:
+    """max|t| (``nan`` / ``inf`` when ``t`` holds NaN / +-inf) with ``torch.aminmax``; any
+    non-empty floating tensor (any layout or device)."""
+    t = t.detach()
+    view = t.permute(sorted(range(t.dim()), key=lambda i: -t.stride(i)))  # reads in place
+    lo, hi = torch.stack(torch.aminmax(view)).tolist()
+    if math.isnan(lo) or math.isnan(hi):
+        return math.nan
+    return max(-lo, hi)
+
+
+def dense_span(t: Tensor) -> int | None:
+    """The number of elements of the dense memory block, starting at ``t.data_ptr()``, that
+    holds exactly ``t``'s distinct entries; None when there is none (gaps between entries).
+
+    Dims of size 1 or stride 0 (expanded) repeat entries and are left out; the others, sorted
+    by stride, must tile memory without gaps: the smallest stride 1, each next one the product
+    of the sizes below it."""
+    if t.is_contiguous():
+        return t.numel()
+    dims = sorted((st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n > 1 and st > 0)
+    span = 1
+    for st, n in dims:
+        if st != span:
+            return None
+        span *= n
+    return span
+
+
+def _kernels() -> ModuleType | None:
+    """The numba kernel module, or None when numba is not usable (loaded once)."""
+    if "kernels" not in _state:
+        from attnkit.kernels.additive_fused.runtime import load_kernels, numba_missing
+
+        _state["kernels"] = (
+            None
+            if numba_missing()
+            else load_kernels(
+                "attnkit.kernels.absmax_kernels",
+                [Path(__file__).with_name("absmax_kernels.py")],
+            )
+        )
+    return _state["kernels"]  # type: ignore[return-value]
+
+
+def _from_bits(m: int, dtype: torch.dtype) -> float:
+    """The float whose bit pattern (sign cleared) is ``m``; inf / nan at or above inf's."""
+    inf = _INF_BITS[dtype]
+    if m >= inf:
+        return math.inf if m == inf else math.nan
+    if dtype == torch.float32:
+        return _F32.unpack(_I32.pack(m))[0]
+    if dtype == torch.float64:
+        return _F64.unpack(_I64.pack(m))[0]
+    if dtype == torch.float16:
+        return _F16.unpack(_I16.pack(m))[0]
+    return _F32.unpack(_I32.pack(m << 16))[0]  # bfloat16: the top half of a float32
+
+
+def _block(t: Tensor) -> tuple[int, int] | None:
+    """(address, count) of ``t``'s dense block (:func:`dense_span`) when the bit scan can read
+    ``t``, else None."""
+    if type(t) not in _PLAIN or t.dtype not in _INF_BITS or not t.is_cpu:
+        return None
+    if t.layout != torch.strided:
+        return None
+    n = t.numel() if t.is_contiguous() else dense_span(t)
+    return None if n is None else (t.data_ptr(), n)
+
+
+def absmax_bits(t: Tensor) -> float | None:
+    """max|t| as :func:`absmax_torch` gives it, from one integer max over the bit patterns of
+    its entries; None when ``t`` is not a strided CPU tensor of a float dtype whose entries form
+    one dense block, or numba is not usable."""
+    block = _block(t)
+    kern = None if block is None else _kernels()
+    if kern is None:
+        return None
+    width = t.element_size()
+    fn = {2: kern.absmax_bits16, 4: kern.absmax_bits32, 8: kern.absmax_bits64}[width]
+    return _from_bits(fn(*block), t.dtype)
+
+
+def plan3(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int] | None:
+    """The entry counts of the dense blocks of q, k and v (:func:`dense_span`) when the bit scan
+    can read all three (one float dtype, CPU, plain strided tensors), else None.
+
+    It depends only on what a call signature of :mod:`attnkit.kernels.dispatch` fixes (tensor
+    type, dtype, device, shape, strides), so dispatch remembers it with the choice and
+    :func:`absmax3` skips these checks on repeated signatures."""
+    if not (q.dtype == k.dtype == v.dtype):
+        return None
+    bq, bk, bv = _block(q), _block(k), _block(v)
+    if bq is None or bk is None or bv is None:
+        return None
+    return bq[1], bk[1], bv[1]
+
+
+def absmax3(q: Tensor, k: Tensor, v: Tensor, planned: tuple | None = None) -> tuple:
+    """(max|q|, max|k|, max|v|) as :func:`absmax` gives them (one numba call when the bit scan
+    reads all three). ``planned``: ``(q, k, v, plan)`` with :func:`plan3` of tensors of the same
+    signature (type, dtype, device, shape, strides), remembered by dispatch; used only when it
+    names these very tensor objects, and then float32 calls take the shortest path."""
+    kern = _state.get("ready")
+    if (
+        kern is not None
+        and planned is not None
+        and planned[3] is not None
+        and planned[0] is q
+        and planned[1] is k
+        and planned[2] is v
+        and q.dtype is _FLOAT32
+    ):
+        nq, nk, nv = planned[3]
+        m = kern.absmax3_bits32(q.data_ptr(), nq, k.data_ptr(), nk, v.data_ptr(), nv)
+        return _F32x3.unpack(_I32x3.pack(*m))  # inf / nan patterns included
+    return _absmax3(q, k, v)
+
+
+def _absmax3(q: Tensor, k: Tensor, v: Tensor) -> tuple[float, float, float]:
+    """:func:`absmax3` for any tensors (warm-up calls, other dtypes, layouts, devices)."""
+    if _state["scans"] < WARM_CALLS:  # type: ignore[operator]
+        _state["scans"] += 1  # type: ignore[operator]
+        return absmax_torch(q), absmax_torch(k), absmax_torch(v)
+    dtype = q.dtype
+    if k.dtype == dtype and v.dtype == dtype:
+        bq, bk, bv = _block(q), _block(k), _block(v)
+        if bq is not None and bk is not None and bv is not None:
+            kern = _kernels()
+            if kern is not None:
+                _state["ready"] = kern
+                width = q.element_size()
+                if width == 4:
+                    mq, mk, mv = kern.absmax3_bits32(*bq, *bk, *bv)
+                else:
+                    fn = kern.absmax3_bits64 if width == 8 else kern.absmax3_bits16
+                    mq, mk, mv = fn(*bq, *bk, *bv)
+                if dtype == torch.bfloat16:  # the top half of a float32
+                    return _F32x3.unpack(_I32x3.pack(mq << 16, mk << 16, mv << 16))
+                ints, floats = _X3[dtype]
+                return floats.unpack(ints.pack(mq, mk, mv))  # inf / nan patterns included
+    return absmax(q), absmax(k), absmax(v)
+
+
+def absmax(t: Tensor) -> float:
+    """max|t| (``nan`` / ``inf`` when ``t`` holds NaN / +-inf): :func:`absmax_bits` when it
+    applies (after the first WARM_CALLS scans of the process), else :func:`absmax_torch`."""
+    if _state["scans"] < WARM_CALLS:  # type: ignore[operator]
+        _state["scans"] += 1  # type: ignore[operator]
+        return absmax_torch(t)
+    m = absmax_bits(t)
+    return absmax_torch(t) if m is None else m
