@@ -13,7 +13,7 @@ caller has proved to be exactly the tensor's distinct entries (contiguous in sto
 :func:`attnkit.kernels.scan.dense_span`); the caller keeps the tensor alive during the call.
 
 This module imports numba; attnkit loads it only through
-:func:`attnkit.kernels.additive_fused.runtime.load_kernels` (on-disk cache of compiled code).
+:func:`attnkit.kernels.numba_runtime.load_kernels` (on-disk cache of compiled code).
 """
 
 from __future__ import annotations

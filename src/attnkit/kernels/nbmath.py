@@ -15,7 +15,7 @@ and halve the SIMD width. Compiled with ``fastmath`` and ``error_model="numpy"``
 "python" error model checks every division for zero, which blocks vectorisation).
 
 This module imports numba at import time; kernel modules import it, and the rest of attnkit
-reaches them only through :func:`attnkit.kernels.additive_fused.runtime.load_kernels`.
+reaches them only through :func:`attnkit.kernels.numba_runtime.load_kernels`.
 """
 
 from __future__ import annotations

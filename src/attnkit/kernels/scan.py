@@ -103,7 +103,7 @@ def dense_span(t: Tensor) -> int | None:
 def _kernels() -> ModuleType | None:
     """The numba kernel module, or None when numba is not usable (loaded once)."""
     if "kernels" not in _state:
-        from attnkit.kernels.additive_fused.runtime import load_kernels, numba_missing
+        from attnkit.kernels.numba_runtime import load_kernels, numba_missing
 
         _state["kernels"] = (
             None

@@ -20,8 +20,8 @@ from attnkit.kernels.additive_fused.autograd import (
 )
 from attnkit.kernels.additive_fused.backend import AdditiveFusedBackend, additive_fused
 from attnkit.kernels.additive_fused.policy import overflow_risk, run_additive
-from attnkit.kernels.additive_fused.runtime import first_writable
 from attnkit.kernels.additive_fused.tiles import BLOCK_K, BLOCK_Q, MaskTiles, mask_tiles
+from attnkit.kernels.numba_runtime import first_writable
 
 __all__ = [
     "BLOCK_K",

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from attnkit.kernels.additive_fused import runtime
+from attnkit.kernels import numba_runtime as runtime
 from attnkit.kernels.additive_fused.tiles import BLOCK_Q, MaskTiles
 
 EXP_LIMIT = 21.5

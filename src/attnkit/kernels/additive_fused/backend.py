@@ -19,9 +19,9 @@ from torch import Tensor
 
 from attnkit.kernels.additive_fused.autograd import AdditiveFunction
 from attnkit.kernels.additive_fused.policy import run_additive
-from attnkit.kernels.additive_fused.runtime import numba_missing
 from attnkit.kernels.additive_fused.tiles import mask_tiles
 from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.numba_runtime import numba_missing
 
 
 class AdditiveFusedBackend(Backend):

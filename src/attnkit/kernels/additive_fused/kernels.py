@@ -1,9 +1,9 @@
 """The numba kernels of ``additive_fused`` (plain ``@njit``; all arithmetic float32).
 
-Loaded through :func:`attnkit.kernels.additive_fused.runtime.load_kernels`, which points numba's
+Loaded through :func:`attnkit.kernels.numba_runtime.load_kernels`, which points numba's
 on-disk cache at its directory while the decorators below run. Entry points: :func:`forward_units`
 and :func:`backward_units`, each running the work units ``first, first + step, ...`` (see
-:func:`attnkit.kernels.additive_fused.runtime.launch`). They share the score evaluation
+:func:`attnkit.kernels.numba_runtime.launch`). They share the score evaluation
 (:func:`_scores4`) and the masked probabilities (:func:`_row_max`, :func:`_row_probs`,
 inlined). The forward's accumulation loop is written out in place: as a separate inlined
 function it ran about 5% slower.

@@ -63,7 +63,7 @@ def cache_dir(name: str, files: Sequence[Path]) -> str:
     candidates = []
     if os.environ.get("NUMBA_CACHE_DIR"):
         candidates.append(Path(os.environ["NUMBA_CACHE_DIR"]) / f"attnkit-{tag}")
-    candidates.append(Path(__file__).resolve().parent.parent / "__pycache__" / f"numba-{tag}")
+    candidates.append(Path(__file__).resolve().parent / "__pycache__" / f"numba-{tag}")
     user = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     candidates.append(Path(user) / "attnkit" / f"numba-{tag}")
     return first_writable(candidates) or tempfile.mkdtemp(prefix=f"attnkit-numba-{tag}-")
