@@ -119,7 +119,8 @@ def _threads() -> dict[str, Any]:
 def _kernel_cache_dir() -> str:
     """The numba disk-cache directory of attnkit's fused additive kernels: the directory
     ``runtime.load_kernels`` gives numba for them (the same public call and arguments)."""
-    from attnkit.kernels.additive_fused import autograd, runtime
+    from attnkit.kernels import numba_runtime as runtime
+    from attnkit.kernels.additive_fused import autograd
 
     return runtime.cache_dir("additive_fused", autograd.KERNEL_FILES)
 

@@ -55,8 +55,7 @@ class LMConfig:
         activation: "relu" or "gelu". tie_embeddings: the generator reuses the embedding matrix.
         window: None (causal attention over the whole prefix) or W >= 0: local-causal attention,
             each token sees itself and the W tokens before it (``sliding_window(W, 0)``).
-        attention_dropout: dropout on the attention weights (None: ``dropout``); 0 lets the
-            blocksparse kernel (no dropout) run training steps with structured masks.
+        attention_dropout: dropout on the attention weights (None: ``dropout``).
     """
 
     vocab_size: int

@@ -41,6 +41,7 @@ Files
 ``additive_general``       additive (Bahdanau), general (Luong)
 ``projected_attention``    self_attention, multi_head
 ``positions``              sinusoidal_positions
+``dropout``                keep_mask, dropout_output (blocksparse's counter-based keep mask)
 """
 
 from __future__ import annotations

@@ -177,8 +177,6 @@ def model_config(c: TrainConfig, kind: str, vocab_size: int, max_len: int) -> di
         bos_id=tk.BOS,
         eos_id=tk.EOS,
     )
-    if c.pack or c.window is not None:  # blocksparse has no dropout on attention weights
-        common["attention_dropout"] = 0.0
     if kind == "lm":
         return dict(vocab_size=vocab_size, num_layers=c.layers, window=c.window, **common)
     return dict(

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.blocksparse.fold import fold_plan
 from attnkit.kernels.blocksparse.plans import BandPlan, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import Call
 from attnkit.kernels.dense import open_empty_rows
@@ -277,21 +278,28 @@ def make_plan(
     block_q: int = BLOCK_Q,
     block_kv: int = BLOCK_KV,
     dtype: torch.dtype | None = None,
+    fold: int = 1,
 ) -> Plan:
     """The plan for ``call`` with tile masks in ``dtype`` (default: the call's dtype), cached on
     the call, and on the mask object for reuse across calls with the same shapes (masks are
-    immutable by convention) unless a bias tensor requires grad (its tiles are graph nodes)."""
+    immutable by convention) unless a bias tensor requires grad (its tiles are graph nodes).
+
+    ``fold`` G > 1: the plan on G query heads folded into the rows
+    (:func:`~attnkit.kernels.blocksparse.fold.fold_plan`; causal documents then take the
+    ``rows`` plan, as SDPA's is_causal cannot see folded rows)."""
     dtype = dtype or call.dtype
-    key = ("blocksparse-plan", block_q, block_kv, dtype)
+    key = ("blocksparse-plan", block_q, block_kv, dtype, fold)
     if key in call._cache:
         return call._cache[key]
     lead_shape = tuple(call.q.shape[: _lead_dims(call.mask)])
     mkey = ("blocksparse-plan", call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape)
+    mkey += (fold,)
     mcache = None if call.bias_needs_grad else call.mask.plan_cache
     plan = None if mcache is None else mcache.get(mkey)
     if plan is None:
         plan = _band_plan(call, block_q, dtype) or _docs_plan(call, block_q)
-        plan = plan or _rows_plan(call, block_q, block_kv, dtype)
+        plan = plan and fold_plan(plan, fold)
+        plan = plan or fold_plan(_rows_plan(call, block_q, block_kv, dtype), fold)
         if mcache is not None:
             mcache.put(mkey, plan)
     call._cache[key] = plan

@@ -31,7 +31,9 @@ from attnkit.kernels.blocksparse.tiles import Call, calls_backward, calls_forwar
 class CallsPlan:
     """Fused SDPA calls in query order on (P, R, L, d) tensors; ``lead`` is the number of
     leading batch dims of q the mask varies over and ``elements`` their product P (per-element
-    calls have ``p``). ``kind``: "docs" (one unmasked call per document) or "rows"."""
+    calls have ``p``). ``kind``: "docs" (one unmasked call per document) or "rows".
+    ``fold`` G > 1: the rows are G query heads folded (:mod:`~attnkit.kernels.blocksparse.fold`)
+    and q0:q1 count folded rows."""
 
     kind: str
     q_len: int
@@ -39,13 +41,14 @@ class CallsPlan:
     lead: int = 0
     elements: int = 1
     calls: tuple[Call, ...] = ()
+    fold: int = 1
 
     def entries(self) -> int:
-        """Query x key score entries computed per element of the mask's batch."""
+        """Query x key score entries computed per element of the mask's batch (and head)."""
         total = 0
         for c in self.calls:
             total += (c.q1 - c.q0) * (c.hi - c.lo) * (self.elements if c.p is None else 1)
-        return total // self.elements
+        return total // (self.elements * self.fold)
 
     def computed_fraction(self) -> float:
         """Fraction of the Lq x Lk score entries the plan computes."""
@@ -72,7 +75,9 @@ class BandPlan:
     """A band ``lo <= j - i - offset <= hi`` on (N, L, d) tensors: query blocks
     ``interior = (b0, b1)`` of ``block`` rows, block b against the ``window`` keys starting at
     ``start + (b - b0) * block``, in one batched call with one shared additive ``mask``
-    (1, 1, block, window); ``calls`` are the edge blocks (on (1, N, L, d) views)."""
+    (1, 1, block * fold, window); ``calls`` are the edge blocks (on (1, N, L, d) views).
+    ``fold`` G > 1: q holds G query heads per row position (rows i * G .. i * G + G - 1, see
+    :mod:`~attnkit.kernels.blocksparse.fold`), a query block is ``block * G`` rows."""
 
     q_len: int
     kv_len: int
@@ -83,6 +88,7 @@ class BandPlan:
     window: int
     mask: Tensor
     kind: str = "band"
+    fold: int = 1
 
     @property
     def interior_blocks(self) -> int:
@@ -91,7 +97,7 @@ class BandPlan:
     def entries(self) -> int:
         """Query x key score entries computed (per batch element)."""
         total = self.interior_blocks * self.block * self.window
-        return total + sum((c.q1 - c.q0) * (c.hi - c.lo) for c in self.calls)
+        return total + sum((c.q1 - c.q0) * (c.hi - c.lo) for c in self.calls) // self.fold
 
     def computed_fraction(self) -> float:
         """Fraction of the Lq x Lk score entries the plan computes."""
@@ -101,11 +107,12 @@ class BandPlan:
         return []  # a band plan has no bias
 
     def _rows(self) -> slice:
-        return slice(self.interior[0] * self.block, self.interior[1] * self.block)
+        rows = self.block * self.fold
+        return slice(self.interior[0] * rows, self.interior[1] * rows)
 
     def _blocks(self, t: Tensor) -> Tensor:
-        """q or its gradient (N, Lq, d) -> the interior query blocks (N, nb, block, d)."""
-        return t[:, self._rows()].unflatten(1, (self.interior_blocks, self.block))
+        """q or its gradient (N, Lq * G, d) -> the interior query blocks (N, nb, block * G, d)."""
+        return t[:, self._rows()].unflatten(1, (self.interior_blocks, self.block * self.fold))
 
     def _windows(self, t: Tensor) -> Tensor:
         """k or v (N, Lk, d) -> the interior windows, a strided view (N, nb, W, d) whose last

@@ -1,0 +1,190 @@
+"""Attention dropout in the ``blocksparse`` backend: explicit tiles, the plan's skipped blocks.
+
+PyTorch's fused CPU kernel has no dropout, so with ``dropout_p`` = p > 0 every tile of the plan
+(the same query rows, key ranges and tile masks as the fused path, :mod:`.plans`) is computed
+explicitly: scores, the row's softmax over its key range (which covers every non-empty block of
+the row, so it is the whole row's softmax), the keep mask of :mod:`.keep`, and the weighted sum
+of the values: out = (softmax(s) * keep / (1 - p)) v. :class:`DropoutFn` saves q, k, v, the
+output and one logsumexp per row (O(L * d) memory); its backward regenerates every tile's
+probabilities and keep mask (FlashAttention's recomputation) and accumulates the gradients of
+q, k, v and of learned tile masks in place. Large tiles are cut into row chunks of at most
+CHUNK_ENTRIES scores, so the temporaries stay O(chunk), never O(Lq * Lk). The interior blocks
+of a ``band`` plan go many to a batched tile (:mod:`.dropout_band`); the arithmetic of a tile is
+:mod:`.dropout_math`.
+
+Rows without any allowed key give output 0 and gradient 0 (the plan's ``row_ok``).
+
+Shape legend: ``P`` mask batch elements, ``R`` other batch dims (heads), ``L`` rows (query
+positions times the fold G), ``d`` the one width, ``n``/``m`` rows/keys of a tile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from attnkit.kernels.blocksparse import dropout_band as band
+from attnkit.kernels.blocksparse import keep
+from attnkit.kernels.blocksparse.dropout_band import Setup
+from attnkit.kernels.blocksparse.dropout_math import tile_backward, tile_forward
+from attnkit.kernels.blocksparse.plans import BandPlan, Plan
+
+CHUNK_ENTRIES = 2**20
+"""Most score entries (summed over the batch) of one explicit tile; larger tiles are cut."""
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Rows r0:r1 (folded) of batch element ``p`` (None = all) against keys lo:hi; ``mask``
+    additive (.., n, m) with rows counted from ``m0`` (its row a is row r0 + a - m0)."""
+
+    p: int | None
+    r0: int
+    r1: int
+    lo: int
+    hi: int
+    mask: Tensor | None = None
+    row_ok: Tensor | None = None
+    causal: bool = False
+    m0: int = 0
+    index: int = -1
+    """Position of ``mask`` among the plan's learned masks (-1: it learns nothing)."""
+
+
+def _tiles(plan: Plan) -> list[Tile]:
+    """Every tile of ``plan`` on (P, R, L, d) tensors (a band plan's (N, L, d) as (1, N, L, d))."""
+    out, n = [], 0
+    for c in plan.calls:
+        idx = -1
+        if c.learns_mask:
+            idx, n = n, n + 1
+        if c.hi > c.lo:
+            out.append(Tile(c.p, c.q0, c.q1, c.lo, c.hi, c.mask, c.row_ok, c.is_causal, c.q0, idx))
+    if isinstance(plan, BandPlan) and not band.applies(plan):
+        rows = plan.block * plan.fold
+        for b in range(plan.interior[0], plan.interior[1]):
+            lo = plan.start + (b - plan.interior[0]) * plan.block
+            out.append(
+                Tile(None, b * rows, b * rows + rows, lo, lo + plan.window, plan.mask, m0=b * rows)
+            )
+    return out
+
+
+def _chunks(t: Tile, batch: int) -> Iterator[Tile]:
+    """``t`` cut into row chunks of at most CHUNK_ENTRIES scores."""
+    step = max(1, CHUNK_ENTRIES // max(1, batch * (t.hi - t.lo)))
+    for a in range(t.r0, t.r1, step):
+        yield replace(t, r0=a, r1=min(t.r1, a + step))
+
+
+def _sel(t: Tensor, tile: Tile, a: int, b: int) -> Tensor:
+    """Rows a:b of the tile's batch element(s) of a 4-D tensor, kept 4-D (P', R, b - a, .)."""
+    e = slice(None) if tile.p is None else slice(tile.p, tile.p + 1)
+    return t[e, :, a:b]
+
+
+def _flat(t: Tensor) -> Tensor:
+    """(P', R, n, c) -> (P' * R, n, c) (a view when the strides allow)."""
+    return t.reshape((-1,) + t.shape[-2:])
+
+
+def _rows_slice(x: Tensor | None, tile: Tile) -> Tensor | None:
+    """Rows r0:r1 of a tile mask or row flag whose row 0 is tile row m0."""
+    return None if x is None else x[..., tile.r0 - tile.m0 : tile.r1 - tile.m0, :]
+
+
+def _drop(s: Setup, tile: Tile) -> Tensor:
+    """Drop mask of ``tile`` (True = dropped): (P' * R, n, m) bool."""
+    r = torch.arange(tile.r0, tile.r1)
+    i, g = r // s.fold, r % s.fold
+    pe = torch.arange(s.elements) if tile.p is None else torch.tensor([tile.p])
+    bh = (pe[:, None] * s.heads + torch.arange(s.heads)) * s.fold  # (P', R)
+    rows = keep.row_keys(s.seed, bh[..., None] + g, i)[..., None]  # (P', R, n, 1)
+    return _flat(keep.drop_tile(rows, tile.lo, tile.hi, keep.threshold(s.p)))
+
+
+def _scores(s: Setup, tile: Tile, q: Tensor, k: Tensor) -> Tensor:
+    """Masked scores q kᵀ · scale + mask of ``tile``: (P' * R, n, m), -inf where not allowed."""
+    qs, ks = _sel(q, tile, tile.r0, tile.r1), _sel(k, tile, tile.lo, tile.hi)
+    lead, n, m = qs.shape[:2], qs.shape[-2], ks.shape[-2]
+    qf, kt = _flat(qs), _flat(ks).transpose(-2, -1)
+    mask = _rows_slice(tile.mask, tile)
+    if mask is None:
+        sc = torch.bmm(qf, kt).mul_(s.scale)
+    else:
+        sc = torch.empty((qf.shape[0], n, m), dtype=q.dtype)  # never a view of the mask
+        sc.view(lead + (n, m)).copy_(mask.detach())
+        sc.baddbmm_(qf, kt, alpha=s.scale)
+    if tile.causal:  # top-left inside the tile (a document & causal call, never folded)
+        r = torch.arange(tile.r0 - tile.m0, tile.r1 - tile.m0)[:, None]
+        sc.masked_fill_(torch.arange(m) > r, -math.inf)
+    return sc
+
+
+def dropout_forward(s: Setup, plan: Plan, q: Tensor, k: Tensor, v: Tensor):
+    """q (P, R, L, d), k, v (P, R, Lk, d) -> (output (P, R, L, d), logsumexp (P, R, L, 1))."""
+    out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=q.device)
+    lse = torch.full(q.shape[:-1] + (1,), math.inf, dtype=q.dtype, device=q.device)
+    c = 1.0 / (1.0 - s.p)
+    for whole in _tiles(plan):
+        for t in _chunks(whole, q.shape[1] * (q.shape[0] if whole.p is None else 1)):
+            vf = _flat(_sel(v, t, t.lo, t.hi))
+            o, m = tile_forward(_scores(s, t, q, k), _drop(s, t), vf, c)
+            ok = _rows_slice(t.row_ok, t)
+            dst = _sel(out, t, t.r0, t.r1)
+            o = o.view(dst.shape)
+            dst.copy_(o if ok is None else o * ok)
+            _sel(lse, t, t.r0, t.r1).copy_(m.view(dst.shape[:-1] + (1,)))
+    if band.applies(plan):
+        band.forward(s, plan, q, k, v, out, lse)
+    return out, lse
+
+
+def dropout_backward(s: Setup, plan: Plan, go: Tensor, q, k, v, out, lse, masks: list):
+    """Gradients (gq, gk, gv, [grad of each learned tile mask]) from the saved tensors."""
+    gq, gk, gv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    gmasks = [torch.zeros_like(m) for m in masks]
+    c = 1.0 / (1.0 - s.p)
+    for whole in _tiles(plan):
+        for t in _chunks(whole, q.shape[1] * (q.shape[0] if whole.p is None else 1)):
+            g = _sel(go, t, t.r0, t.r1)
+            ok = _rows_slice(t.row_ok, t)
+            if ok is not None:
+                g = g * ok
+            d = _flat((g * _sel(out, t, t.r0, t.r1)).sum(-1, keepdim=True))  # rowsum(dO * O)
+            qs, ks, vs = _sel(q, t, t.r0, t.r1), _sel(k, t, t.lo, t.hi), _sel(v, t, t.lo, t.hi)
+            sc, lse_t = _scores(s, t, q, k), _flat(_sel(lse, t, t.r0, t.r1))
+            ds, dq, dk, dv = tile_backward(
+                sc, lse_t, _drop(s, t), _flat(g) * c, d, _flat(qs), _flat(ks), _flat(vs)
+            )
+            _sel(gv, t, t.lo, t.hi).add_(dv.view(vs.shape))
+            _sel(gq, t, t.r0, t.r1).add_(dq.view(g.shape[:-1] + ks.shape[-1:]), alpha=s.scale)
+            _sel(gk, t, t.lo, t.hi).add_(dk.view(ks.shape), alpha=s.scale)
+            if t.index >= 0:
+                dst = gmasks[t.index][..., t.r0 - t.m0 : t.r1 - t.m0, :]
+                dst += ds.view(g.shape[:-1] + ds.shape[-1:]).sum_to_size(dst.shape)
+    if band.applies(plan):
+        band.backward(s, plan, go, q, k, v, out, lse, gq, gk, gv)
+    return gq, gk, gv, gmasks
+
+
+class DropoutFn(torch.autograd.Function):
+    """(softmax(q kᵀ · scale + tile masks) * keep / (1 - p)) v by ``plan``: q, k, v in the
+    plan's shape; extra inputs: the plan's learned tile masks (their gradients are returned)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan: Plan, setup: Setup, *masks):
+        out, lse = dropout_forward(setup, plan, q, k, v)
+        ctx.plan, ctx.setup = plan, setup
+        ctx.save_for_backward(q, k, v, out, lse, *masks)
+        return out
+
+    @staticmethod
+    def backward(ctx, go):
+        q, k, v, out, lse, *masks = ctx.saved_tensors
+        gq, gk, gv, gmasks = dropout_backward(ctx.setup, ctx.plan, go, q, k, v, out, lse, masks)
+        return (gq, gk, gv, None, None, *gmasks)

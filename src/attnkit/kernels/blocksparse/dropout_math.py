@@ -1,0 +1,40 @@
+"""The arithmetic of one explicit dropout tile, shared by the ``blocksparse`` dropout paths.
+
+A tile is a batch of score blocks in flattened form: scores ``s`` (B, n, m) (already scaled and
+masked: -inf where not allowed), the drop mask (B, n, m) bool (True = dropped), values (B, m, d).
+With c = 1 / (1 - p), P = softmax(s) row by row and M = keep * c:
+
+    out = (P * M) v                        (the forward, plus the row logsumexp)
+    dV = (P * M)ᵀ dO;  dP = M * (dO vᵀ);  dS = P * (dP - rowsum(dO * out))
+
+(rowsum(dP * P) = rowsum(dO * out) since out = (P * M) v). Every tensor the size of the tile is
+modified in place where it can be: each pass over a tile costs as much as a matmul here.
+
+Shape legend: ``B`` batch of blocks, ``n`` rows, ``m`` keys, ``d`` width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def tile_forward(s: Tensor, drop: Tensor, v: Tensor, c: float) -> tuple[Tensor, Tensor]:
+    """(output (B, n, d), logsumexp (B, n, 1)); ``s`` is consumed (overwritten)."""
+    m = s.amax(-1, keepdim=True)
+    total = s.sub_(m).exp_().sum(-1, keepdim=True)
+    s.masked_fill_(drop, 0.0)
+    out = torch.bmm(s, v).mul_(total.reciprocal().mul_(c))
+    return out, m.add_(total.log_())
+
+
+def tile_backward(
+    s: Tensor, lse: Tensor, drop: Tensor, gc: Tensor, d: Tensor, q: Tensor, k: Tensor, v: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dS (B, n, m), dq (B, n, d) unscaled, dk (B, m, d) unscaled, dv (B, m, d)) from the
+    recomputed scores ``s`` (consumed), the forward's ``lse`` (B, n, 1), ``gc`` = c * dO
+    (B, n, d) and ``d`` = rowsum(dO * out) (B, n, 1); dq and dk still need the score scale."""
+    p = s.sub_(lse).exp_()
+    dv = torch.bmm(p.masked_fill(drop, 0.0).transpose(-2, -1), gc)
+    ds = torch.bmm(gc, v.transpose(-2, -1)).masked_fill_(drop, 0.0).sub_(d).mul_(p)
+    return ds, torch.bmm(ds, k), torch.bmm(ds.transpose(-2, -1), q), dv
