@@ -8,8 +8,6 @@ same float32 operations recomputed).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -23,6 +21,7 @@ from attnkit.train.steps import LMHeadLoss, heldout_examples
 from attnkit.train.tasks import prepare
 from attnkit.train.tokenizer import PAD
 from attnkit.train.trainer import train
+from tests.support.train_log import logged
 
 
 def reference_ce(logits: np.ndarray, y: np.ndarray, smoothing: float) -> np.ndarray:
@@ -184,16 +183,6 @@ def test_packed_heldout_loss_is_the_per_document_loss(rhyme_file):
     assert ppl == pytest.approx(np.exp(total / count), rel=1e-5)
 
 
-def log(path) -> dict:
-    out = {}
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        for key in ("loss", "val_loss"):
-            if key in row:
-                out[(row["step"], key)] = row[key]
-    return out
-
-
 def test_checkpointed_training_resumes_bit_identically(tmp_path, tiny, rhyme_file):
     with pytest.raises(ValueError, match="^checkpoint: activation checkpointing is for the lm"):
         TrainConfig(task="reverse", checkpoint=True).resolved()
@@ -203,11 +192,14 @@ def test_checkpointed_training_resumes_bit_identically(tmp_path, tiny, rhyme_fil
     full = train(TrainConfig(max_steps=8, **tiny), tmp_path / "full", echo=quiet)
     train(TrainConfig(max_steps=5, **tiny), tmp_path / "a", echo=quiet)
     train(TrainConfig(max_steps=8, **tiny), tmp_path / "a", resume=tmp_path / "a", echo=quiet)
-    want, got = log(full.parent / "log.jsonl"), log(tmp_path / "a" / "log.jsonl")
+    want, got = (
+        logged(full.parent / "log.jsonl", ("loss", "val_loss")),
+        logged(tmp_path / "a" / "log.jsonl", ("loss", "val_loss")),
+    )
     del got[(5, "val_loss")]
     assert len(want) >= 8 and got == want
     tiny["checkpoint"] = False  # the plain run logs the same losses (float32, 1e-6)
     plain = train(TrainConfig(max_steps=8, **tiny), tmp_path / "plain", echo=quiet)
-    base = log(plain.parent / "log.jsonl")
+    base = logged(plain.parent / "log.jsonl", ("loss", "val_loss"))
     assert base.keys() == want.keys()
     assert all(want[k] == pytest.approx(v, rel=1e-6) for k, v in base.items())

@@ -4,26 +4,15 @@ dropout on, resuming in the same run directory or a new one."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from attnkit.train.config import TrainConfig
 from attnkit.train.trainer import train
+from tests.support.train_log import logged
 
 
 def quiet(_: str) -> None:
     pass
-
-
-def log(path) -> dict[tuple[int, str], float]:
-    out = {}
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        for key in ("loss", "val_loss", "lr"):
-            if key in row:
-                out[(row["step"], key)] = row[key]
-    return out
 
 
 @pytest.mark.parametrize("task", ["reverse", "lm"])
@@ -42,9 +31,9 @@ def test_resume_is_bit_identical(tmp_path, tiny, rhyme_file, task):
         resume=tmp_path / "full/step-00000004",
         echo=quiet,
     )
-    want = log(full.parent / "log.jsonl")
-    got_a = log(tmp_path / "a" / "log.jsonl")
-    got_b = log(tmp_path / "b" / "log.jsonl")
+    want = logged(full.parent / "log.jsonl")
+    got_a = logged(tmp_path / "a" / "log.jsonl")
+    got_b = logged(tmp_path / "b" / "log.jsonl")
     assert len(want) >= 14
     assert got_a == want  # the log was cut back to step 6, then continued
     assert got_b and all(want[k] == v for k, v in got_b.items())
