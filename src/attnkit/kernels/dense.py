@@ -15,6 +15,8 @@ for a fused backward) get k and v repeated to H heads first
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -37,13 +39,25 @@ def is_plain_causal(mask: object) -> bool:
     return type(mask).__name__ == "causal" and getattr(mask, "alignment", None) == "top_left"
 
 
+def compact(t: Tensor) -> Tensor:
+    """``t`` with every expanded dim but the last (stride 0, e.g. a key padding mask's query
+    dim) narrowed to size 1: the same entries, broadcastable to ``t``'s shape, without repeats."""
+    out = t
+    for dim in range(t.dim() - 1):
+        if t.stride(dim) == 0 and t.shape[dim] > 1:
+            out = out.narrow(dim, 0, 1)
+    return out
+
+
 def open_empty_rows(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
     """(allowed with every key opened in rows that have none, row_ok (..., n, 1) bool or None
     when every row has a key). Attend with the opened mask, then zero the rows not in row_ok:
-    a row with no allowed key gives 0, not NaN (P1)."""
-    row_ok = allowed.any(dim=-1, keepdim=True)
+    a row with no allowed key gives 0, not NaN (P1). Expanded dims are reduced once
+    (:func:`compact`), not once per repeat."""
+    row_ok = compact(allowed).any(dim=-1, keepdim=True)
     if bool(row_ok.all()):
         return allowed, None
+    row_ok = row_ok.expand(allowed.shape[:-1] + (1,))
     return allowed | ~row_ok, row_ok
 
 
@@ -66,7 +80,12 @@ def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw), None
     allowed, bias = call.dense_mask(torch.promote_types(compute, q.dtype))
     allowed, row_ok = open_empty_rows(allowed)
-    attn = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+    if bias is None:  # additive 0 / -inf on the distinct entries: SDPA broadcasts it, while a
+        # bool mask it would first turn into a float mask of the full (..., Lq, Lk) shape
+        a = compact(allowed)
+        attn = torch.zeros(a.shape, dtype=q.dtype, device=a.device).masked_fill_(~a, -math.inf)
+    else:
+        attn = bias.masked_fill(~allowed, -math.inf)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, **kw)
     if row_ok is not None:
         out = out * row_ok.to(out.dtype)

@@ -48,6 +48,12 @@ __all__ = [
 WARM_CALLS = 16
 """Scans done with :func:`absmax_torch` before :func:`absmax` loads the numba kernels."""
 
+THREADED_MIN = 2**21
+"""Entries of q, k and v together from which, when torch has more than one thread, the scan
+uses torch's threaded reduction instead of the serial bit scan: both read memory at their
+bandwidth, and from about 2.4M entries two threads read it faster (measured on a 2-core AVX-512
+Xeon: 2.4M entries 0.44 ms either way; 9.4M 2.5 ms threaded against 3.4 ms serial)."""
+
 _I16, _I32, _I64 = struct.Struct("=h"), struct.Struct("=i"), struct.Struct("=q")
 _F16, _F32, _F64 = struct.Struct("=e"), struct.Struct("=f"), struct.Struct("=d")
 _I32x3, _F32x3 = struct.Struct("=3i"), struct.Struct("=3f")
@@ -174,6 +180,8 @@ def absmax3(q: Tensor, k: Tensor, v: Tensor, planned: tuple | None = None) -> tu
     reads all three). ``planned``: ``(q, k, v, plan)`` with :func:`plan3` of tensors of the same
     signature (type, dtype, device, shape, strides), remembered by dispatch; used only when it
     names these very tensor objects, and then float32 calls take the shortest path."""
+    if q.numel() + k.numel() + v.numel() >= THREADED_MIN and torch.get_num_threads() > 1:
+        return absmax_torch(q), absmax_torch(k), absmax_torch(v)
     kern = _state.get("ready")
     if (
         kern is not None
