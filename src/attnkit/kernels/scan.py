@@ -144,7 +144,12 @@ def _block(t: Tensor) -> tuple[int, int] | None:
     if t.layout != torch.strided:
         return None
     n = t.numel() if t.is_contiguous() else dense_span(t)
-    return None if n is None else (t.data_ptr(), n)
+    if n is None:
+        return None
+    try:
+        return t.data_ptr(), n
+    except RuntimeError:  # no storage: a functorch-wrapped tensor (torch.func.grad, vmap)
+        return None
 
 
 def absmax_bits(t: Tensor) -> float | None:
@@ -193,7 +198,11 @@ def absmax3(q: Tensor, k: Tensor, v: Tensor, planned: tuple | None = None) -> tu
         and q.dtype is _FLOAT32
     ):
         nq, nk, nv = planned[3]
-        m = kern.absmax3_bits32(q.data_ptr(), nq, k.data_ptr(), nk, v.data_ptr(), nv)
+        try:
+            ptrs = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        except RuntimeError:  # no storage (functorch-wrapped tensors of the same signature)
+            return _absmax3(q, k, v)
+        m = kern.absmax3_bits32(ptrs[0], nq, ptrs[1], nk, ptrs[2], nv)
         return _F32x3.unpack(_I32x3.pack(*m))  # inf / nan patterns included
     return _absmax3(q, k, v)
 

@@ -191,9 +191,32 @@ class Mask:
         return False
 
     # --- caches -------------------------------------------------------------------------------
+    def data_version(self) -> tuple[int, ...]:
+        """The in-place version counters of the tensors the leaves of this mask hold: a change
+        (``t[...] = x`` on a tensor given to :func:`from_tensor`, ``key_padding``, ...) means the
+        cached block maps and plans describe old data. Inference tensors keep no counter
+        (-1): changing one in place inside ``torch.inference_mode`` is not seen."""
+        return tuple(
+            -1 if t.is_inference() else t._version
+            for leaf in self.leaves()
+            for t in vars(leaf).values()
+            if isinstance(t, Tensor)
+        )
+
+    def _fresh_caches(self) -> None:
+        """Drop the block-map and plan caches when a held tensor changed in place since they
+        were filled (:meth:`data_version`)."""
+        version = self.data_version()
+        if self.__dict__.get("_cached_version") != version:
+            self.__dict__.pop("_block_map_lru", None)
+            self.__dict__.pop("_plan_lru", None)
+            self.__dict__["_cached_version"] = version
+
     @property
     def block_map_cache(self) -> LRUCache:
-        """Block maps of this mask per (kind, q_len, kv_len, block_q, block_kv)."""
+        """Block maps of this mask per (kind, q_len, kv_len, block_q, block_kv); emptied when a
+        tensor the mask holds changes in place."""
+        self._fresh_caches()
         cache = self.__dict__.get("_block_map_lru")
         if cache is None:
             cache = self.__dict__["_block_map_lru"] = LRUCache(
@@ -203,7 +226,9 @@ class Mask:
 
     @property
     def plan_cache(self) -> LRUCache:
-        """Kernel plans for this mask (kernels choose the keys; masks never read it)."""
+        """Kernel plans for this mask (kernels choose the keys; masks never read it); emptied
+        when a tensor the mask holds changes in place."""
+        self._fresh_caches()
         cache = self.__dict__.get("_plan_lru")
         if cache is None:
             cache = self.__dict__["_plan_lru"] = LRUCache("kernel plans", PLAN_CACHE_SIZE)

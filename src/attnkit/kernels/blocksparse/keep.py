@@ -81,6 +81,9 @@ def drop_tile(rows: Tensor, lo: int, hi: int, thresh: int, shift: Tensor | None 
     """Bool *drop* mask (True = dropped): ``rows`` (..., n, 1) from :func:`row_keys`, keys
     lo:hi -> (..., n, hi - lo). ``shift`` (int64, broadcasting to (..., 1, 1)) moves the keys of
     some batch entries by ``4 * shift`` (blocks of a band, each against its own window)."""
+    if thresh >= 1 << KEEP_BITS:  # p rounds to 1: every weight dropped (the int16 compare
+        lead = rows.shape if shift is None else torch.broadcast_shapes(rows.shape, shift.shape)
+        return torch.ones(lead[:-1] + (hi - lo,), dtype=torch.bool, device=rows.device)  # wraps)
     g0, g1 = lo // _WORDS, (hi - 1) // _WORDS + 1
     groups = torch.arange(g0 + 1, g1 + 1)
     if shift is not None:
