@@ -21,7 +21,7 @@ from attnkit.train.steps import LMHeadLoss, heldout_examples
 from attnkit.train.tasks import prepare
 from attnkit.train.tokenizer import PAD
 from attnkit.train.trainer import train
-from tests.support.train_log import logged
+from tests.support.train_log import logged, resumed_logs
 
 
 def reference_ce(logits: np.ndarray, y: np.ndarray, smoothing: float) -> np.ndarray:
@@ -189,14 +189,7 @@ def test_checkpointed_training_resumes_bit_identically(tmp_path, tiny, rhyme_fil
     tiny.update(task="lm", data=str(rhyme_file), block_size=8, valid_fraction=0.25, keep=10)
     tiny.update(checkpoint=True)
     quiet = lambda _: None  # noqa: E731
-    full = train(TrainConfig(max_steps=8, **tiny), tmp_path / "full", echo=quiet)
-    train(TrainConfig(max_steps=5, **tiny), tmp_path / "a", echo=quiet)
-    train(TrainConfig(max_steps=8, **tiny), tmp_path / "a", resume=tmp_path / "a", echo=quiet)
-    want, got = (
-        logged(full.parent / "log.jsonl", ("loss", "val_loss")),
-        logged(tmp_path / "a" / "log.jsonl", ("loss", "val_loss")),
-    )
-    del got[(5, "val_loss")]
+    want, got = resumed_logs(tiny, tmp_path)
     assert len(want) >= 8 and got == want
     tiny["checkpoint"] = False  # the plain run logs the same losses (float32, 1e-6)
     plain = train(TrainConfig(max_steps=8, **tiny), tmp_path / "plain", echo=quiet)

@@ -13,8 +13,7 @@ import pytest
 from attnkit.cli import main
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
-from attnkit.train.trainer import train
-from tests.support.train_log import logged
+from tests.support.train_log import resumed_logs
 
 
 def quiet(_: str) -> None:
@@ -49,14 +48,7 @@ def test_too_long_pair_is_a_clear_error(tmp_path):
 def test_packed_resume_is_bit_identical(tmp_path, tiny, rhyme_file):
     tiny.update(task="lm", data=str(rhyme_file), max_len=12, valid_fraction=0.25, pack=True)
     tiny.update(window=3, keep=10, batch_size=2)
-    full = train(TrainConfig(max_steps=8, **tiny), tmp_path / "full", echo=quiet)
-    train(TrainConfig(max_steps=5, **tiny), tmp_path / "a", echo=quiet)
-    train(TrainConfig(max_steps=8, **tiny), tmp_path / "a", resume=tmp_path / "a", echo=quiet)
-    want, got = (
-        logged(full.parent / "log.jsonl", ("loss", "val_loss")),
-        logged(tmp_path / "a" / "log.jsonl", ("loss", "val_loss")),
-    )
-    del got[(5, "val_loss")]  # the stopped run's final evaluation
+    want, got = resumed_logs(tiny, tmp_path)
     assert len(want) == 8 + 2 and got == want  # every loss, and the evaluations at 6 and 8
 
 
