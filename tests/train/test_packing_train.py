@@ -16,10 +16,6 @@ from attnkit.train.data import DataError
 from tests.support.train_log import resumed_logs
 
 
-def quiet(_: str) -> None:
-    pass
-
-
 # ---------------------------------------------------------------------------------------------
 # config, training, CLI
 # ---------------------------------------------------------------------------------------------
