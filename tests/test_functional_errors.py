@@ -8,6 +8,7 @@ first) are tried, so the per-signature memory of dispatch never lets a bad argum
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -75,7 +76,7 @@ BAD = [
         "mask",
     ),
     ("scale bool", lambda: sdpa(q, k, v, scale=True), TypeError, "scale"),
-    ("scale 0", lambda: sdpa(q, k, v, scale=0.0), ValueError, "scale"),
+    ("scale nan", lambda: sdpa(q, k, v, scale=math.nan), ValueError, "scale"),
     ("dropout 1", lambda: dpa(q, k, v, dropout_p=1.0), ValueError, "dropout_p"),
     ("dropout bool", lambda: sdpa(q, k, v, dropout_p=False), TypeError, "dropout_p"),
     ("return_weights int", lambda: sdpa(q, k, v, return_weights=1), TypeError, "return_weights"),
@@ -165,7 +166,7 @@ BAD = [
     # the rest of the call, all before any projection
     ("mha mask heads", mha(mask=torch.ones(2, 3, 5, 5, dtype=torch.bool)), ValueError, "mask"),
     ("mha mask object", mha(mask=M.key_padding([1, 2, 3])), ValueError, "mask"),
-    ("mha scale", mha(scale=-1.0), ValueError, "scale"),
+    ("mha scale", mha(scale=math.inf), ValueError, "scale"),
     ("mha dropout", mha(dropout_p=1.5), ValueError, "dropout_p"),
     ("mha return_weights", mha(return_weights="yes"), TypeError, "return_weights"),
     ("mha average_weights", mha(average_weights=1), TypeError, "average_weights"),
@@ -221,7 +222,7 @@ def test_a_remembered_signature_still_rejects_bad_arguments():
     sdpa(q, k, v, M.causal(), scale=0.5, dropout_p=0.0)  # remembered
     for kw, exc, name in (
         (dict(scale=True), TypeError, "scale"),
-        (dict(scale=-0.5), ValueError, "scale"),
+        (dict(scale=math.nan), ValueError, "scale"),
         (dict(dropout_p=1.0), ValueError, "dropout_p"),
         (dict(backend="nope"), ValueError, "backend"),
     ):

@@ -129,8 +129,9 @@ def check_mask(
 
 
 def scale_or_default(scale: object, d_k: int) -> float:
-    """``scale`` checked (a positive finite number), or 1/sqrt(d_k) when None."""
-    return 1.0 / math.sqrt(d_k) if scale is None else checks.positive_float("scale", scale)
+    """``scale`` checked (any finite number: negative and 0 are accepted, as by torch's SDPA),
+    or 1/sqrt(d_k) when None."""
+    return 1.0 / math.sqrt(d_k) if scale is None else checks.finite_float("scale", scale)
 
 
 # ---------------------------------------------------------------------------------------------

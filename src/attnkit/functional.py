@@ -76,7 +76,7 @@ def scaled_dot_product_attention(
     Args:
         q: (..., Lq, dk); k: (..., Lk, dk); v: (..., Lk, dv), same dtype, device, batch dims.
         mask: mask object or tensor (see module docstring); True = may attend.
-        scale: positive finite float; default 1/sqrt(dk).
+        scale: finite float (negative and 0 accepted, as by torch's SDPA); default 1/sqrt(dk).
         dropout_p: dropout on the weights, in [0, 1).
         return_weights: also return the weights (..., Lq, Lk) (before dropout).
         backend: "auto" or a backend name (``attnkit.kernels.BACKENDS``).

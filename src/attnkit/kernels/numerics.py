@@ -146,7 +146,7 @@ def _row_norm_bound(call: AttentionCall) -> float:
     qn, kn = (
         torch.linalg.vector_norm(t.detach().double(), dim=-1).amax() for t in (call.q, call.k)
     )
-    return float(qn * kn) * call.scale
+    return float(qn * kn) * abs(call.scale)
 
 
 def input_scan(
@@ -175,7 +175,7 @@ def decide(
         bm, bad_bias = torch.stack(extra).double().tolist()
     finite = finite and not bad_bias
     dtype = compute_dtype(call.dtype)
-    bound, tight = qm * km * call.q.shape[-1] * call.scale + bm, False
+    bound, tight = qm * km * call.q.shape[-1] * abs(call.scale) + bm, False
     overflow, grad_limit = _limits(dtype)
     if bound < overflow and bound < grad_limit:  # the common case: nothing more to check
         return dtype, finite, True

@@ -28,7 +28,7 @@ def scaled_dot_product(
         :class:`Trace`; ``output`` (..., Lq, d_v), ``weights`` (..., Lq, Lk).
     """
     q, k, v = check_qkv(Q, K, V, same_width=True)
-    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else checks.positive_float("scale", scale)
+    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else checks.finite_float("scale", scale)
     scores = q @ transpose(k)  # S_ij = Q_i . K_j
     return Trace(**attend(q, k, v, scores, s, mask))
 
