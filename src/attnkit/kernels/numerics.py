@@ -75,13 +75,13 @@ def mask_leaves(mask: Mask | None) -> list[Mask]:
 
 def mask_tensors(mask: Mask | None) -> list[Tensor]:
     """The floating tensors (additive biases) held by the leaves of ``mask``."""
-    out = []
-    for leaf in mask_leaves(mask):
-        if leaf.has_bias:
-            out += [
-                t for t in vars(leaf).values() if isinstance(t, Tensor) and t.is_floating_point()
-            ]
-    return out
+    return [
+        t
+        for leaf in mask_leaves(mask)
+        if leaf.has_bias
+        for t in leaf.tensors()
+        if t.is_floating_point()
+    ]
 
 
 def _finite_abs_max(t: Tensor) -> Tensor:
@@ -100,9 +100,7 @@ def bias_bound(mask: Mask | None, q_len: int, kv_len: int) -> Tensor:
         if not leaf.has_bias:
             continue
         slopes = getattr(leaf, "slopes", getattr(leaf, "slope", None))
-        tensors = [
-            t for t in vars(leaf).values() if isinstance(t, Tensor) and t.is_floating_point()
-        ]
+        tensors = [t for t in leaf.tensors() if t.is_floating_point()]
         if isinstance(slopes, (float, Tensor)):  # alibi: |slope| * distance
             s = torch.as_tensor(slopes, dtype=torch.float64).abs().amax()
             total = total + s * max(q_len, kv_len)

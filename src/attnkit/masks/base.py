@@ -191,17 +191,19 @@ class Mask:
         return False
 
     # --- caches -------------------------------------------------------------------------------
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors the leaves of this mask hold (counts, ids, mask tensors, biases, slopes),
+        leaf by leaf."""
+        return tuple(
+            t for leaf in self.leaves() for t in vars(leaf).values() if isinstance(t, Tensor)
+        )
+
     def data_version(self) -> tuple[int, ...]:
         """The in-place version counters of the tensors the leaves of this mask hold: a change
         (``t[...] = x`` on a tensor given to :func:`from_tensor`, ``key_padding``, ...) means the
         cached block maps and plans describe old data. Inference tensors keep no counter
         (-1): changing one in place inside ``torch.inference_mode`` is not seen."""
-        return tuple(
-            -1 if t.is_inference() else t._version
-            for leaf in self.leaves()
-            for t in vars(leaf).values()
-            if isinstance(t, Tensor)
-        )
+        return tuple(-1 if t.is_inference() else t._version for t in self.tensors())
 
     def _fresh_caches(self) -> None:
         """Drop the block-map and plan caches when a held tensor changed in place since they
