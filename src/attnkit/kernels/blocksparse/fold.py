@@ -66,10 +66,7 @@ def unfold_out(out: Tensor, g: int) -> Tensor:
 
 def _rep(t: Tensor | None, g: int) -> Tensor | None:
     """A tile mask or row flag (..., n, m) with each row repeated G times: (..., n * G, m)."""
-    if t is None:
-        return None
-    n, m = t.shape[-2:]
-    return t.unsqueeze(-2).expand(t.shape[:-2] + (n, g, m)).reshape(t.shape[:-2] + (n * g, m))
+    return None if t is None else t.repeat_interleave(g, dim=-2)
 
 
 def _fold_call(c: Call, g: int) -> Call | None:
