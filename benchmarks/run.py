@@ -16,6 +16,7 @@ script failed or timed out, 2 when nothing matched ``--only``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,12 +33,15 @@ from harness.runner import discover, list_rows, matches, run_row  # noqa: E402
 from harness.table import markdown_table, rich_table  # noqa: E402
 
 LIST_TIMEOUT_S = 300.0
+PROG_ENV = "ATTNKIT_BENCH_PROG"
+"""The program name ``--help`` shows: ``attnkit bench`` sets it; run directly, the script's path."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The options (see benchmarks/README.md)."""
     p = argparse.ArgumentParser(
-        prog="run.py", description="Run the attnkit benchmarks, one subprocess per row."
+        prog=os.environ.get(PROG_ENV, "python benchmarks/run.py"),
+        description="Run the attnkit benchmarks, one subprocess per row.",
     )
     p.add_argument("--quick", action="store_true", help="small sizes, few repeats (smoke test)")
     p.add_argument(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,6 @@ import pytest
 from attnkit import cli
 from attnkit import explain as ex
 from attnkit.cli import bench as bench_verb
-from attnkit.explain.shared import shared_dir
-
-SEEDS = shared_dir() / "seeds"
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -46,7 +44,7 @@ def test_python_m_attnkit_help():
         [sys.executable, "-m", "attnkit", "--help"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stderr
-    for text in ("explain", "bench", "attnkit explain --example seed004", "attnkit bench --"):
+    for text in ("explain", "bench", "attnkit explain --example bahdanau-vs-dot"):
         assert text in r.stdout
 
 
@@ -62,7 +60,7 @@ def test_help_lists_every_verb_with_an_example(capsys):
 def test_explain_help_documents_the_options(capsys):
     code, out, _ = run(capsys, "explain", "--help")
     assert code == 0
-    for opt in ("--word", "--d-model", "--d-k", "--seed", "--example", "--seeds", "--json",
+    for opt in ("--word", "--d-model", "--d-k", "--seed", "--example", "--json",
                 "--full", "--model", "--top-k"):  # fmt: skip
         assert opt in out
 
@@ -158,18 +156,18 @@ def test_explain_bad_numbers(capsys, option, value):
 # ---------------------------------------------------------------------------------------------
 # explain --example
 # ---------------------------------------------------------------------------------------------
-def test_example_seed004_text(capsys):
-    code, out, err = run(capsys, "explain", "--example", "seed004", "--seeds", str(SEEDS))
+def test_example_bahdanau_vs_dot_text(capsys):
+    code, out, err = run(capsys, "explain", "--example", "bahdanau-vs-dot")
     assert code == 0, err
     for text in ("additive", "dot-product", "0.1192", "6.7624", "✗", "✓", "Findings"):
         assert text in out
 
 
-def test_example_seed004_json_matches_independent_numbers(capsys):
-    code, out, _ = run(capsys, "explain", "--example", "seed004", "--json", "--seeds", str(SEEDS))
+def test_example_bahdanau_vs_dot_json_matches_independent_numbers(capsys):
+    code, out, _ = run(capsys, "explain", "--example", "bahdanau-vs-dot", "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["mode"] == "example" and d["example"] == "seed004"
+    assert d["mode"] == "example" and d["example"] == "bahdanau-vs-dot"
     V = np.array(d["inputs"]["V"])
     s = np.array(d["inputs"]["Q"]) @ np.array(d["inputs"]["K"]).T
     assert rel_err(d["cases"]["scaled"]["weights"], softmax(s / math.sqrt(2))) <= 1e-12
@@ -182,16 +180,26 @@ def test_example_seed004_json_matches_independent_numbers(capsys):
     assert vals["dot.alpha11"]["agrees"]["library, ÷√d_k"] == (abs(w_scaled - 0.1192) <= 5e-5)
     e11 = np.tanh(np.array([1.0, 0.0]) + np.array([1.0, 2.0])).sum()
     assert vals["additive.e11"]["agrees"]["library"] == (abs(e11 - 1.0) <= 0.5)
-    assert d == ex.example_to_dict(ex.seed_example("seed004", SEEDS))
+    assert d == ex.example_to_dict(ex.seed_example("bahdanau-vs-dot"))
 
 
-def test_example_without_seeds_dir(capsys, tmp_path):
-    code, out, _ = run(capsys, "explain", "--example", "seed004", "--seeds", str(tmp_path))
-    assert code == 0 and "seed file not found" in out and "0.1192" in out
+@pytest.mark.parametrize("name", ["bahdanau-vs-dot", "softmax"])
+def test_examples_work_without_the_checkout(tmp_path, name):
+    """The tutorial texts ship inside the package: run from an empty directory with no
+    ../shared beside it, every printed value is still found in the text, with its line."""
+    env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parents[2])}
+    r = subprocess.run(
+        [sys.executable, "-m", "attnkit", "explain", "--example", name, "--json"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["seed_file_found"] and d["seeds_dir"] is None
+    assert all(v["snippet_found"] and v["seed_line"] >= 1 for v in d["values"])
 
 
-def test_example_seed002(capsys):
-    code, out, _ = run(capsys, "explain", "--example", "seed002", "--json")
+def test_example_softmax(capsys):
+    code, out, _ = run(capsys, "explain", "--example", "softmax", "--json")
     assert code == 0
     d = json.loads(out)
     w = softmax(np.array([2.0, 1.0, 0.1]))
@@ -203,7 +211,7 @@ def test_example_seed002(capsys):
     [(["the", "cat"], "SENTENCE"), (["--word", "on"], "--word"), (["--d-k", "4"], "--d-k")],
 )
 def test_example_rejects_walkthrough_options(capsys, extra, name):
-    code, _, err = run(capsys, "explain", "--example", "seed004", *extra)
+    code, _, err = run(capsys, "explain", "--example", "softmax", *extra)
     assert code == 2 and name in err
 
 
@@ -218,7 +226,10 @@ def test_unknown_example(capsys):
 def test_bench_without_checkout(capsys, monkeypatch):
     monkeypatch.setattr(bench_verb, "find_bench_script", lambda: None)
     code, out, err = run(capsys, "bench", "--quick")
-    assert code == 2 and "benchmarks/run.py not found" in err
+    assert code == 2 and "need a source checkout of attnkit" in err
+    code, out, err = run(capsys, "bench", "--help")
+    assert code == 0 and out.startswith("usage: attnkit bench") and err == ""
+    assert "need a source checkout of attnkit" in " ".join(out.split())
 
 
 def test_bench_passes_arguments_through(capfd, monkeypatch, tmp_path):
@@ -254,14 +265,12 @@ TINY_CONFIG = {"vocab_size": 23, "hidden_size": 8, "num_hidden_layers": 2,
 
 @pytest.fixture(scope="module")
 def bad_dirs(tmp_path_factory) -> dict[str, Path]:
-    """Directories a user could pass: seeds with a directory where a seed file should be,
-    non-UTF-8 seeds, model directories with a garbage config / a truncated weights file."""
+    """Directories a user could pass: model directories with a garbage config / a truncated
+    weights file, an empty one."""
     root = tmp_path_factory.mktemp("bad")
-    dirs = {name: root / name for name in ("seed_dir", "seed_bytes", "cfg", "weights", "empty")}
+    dirs = {name: root / name for name in ("cfg", "weights", "empty")}
     for d in dirs.values():
         d.mkdir()
-    (dirs["seed_dir"] / "004_additive.txt").mkdir()
-    (dirs["seed_bytes"] / "004_additive.txt").write_bytes(b"Q = [1, 0]\n\xff\xfe\n")
     (dirs["cfg"] / "config.json").write_bytes(b"{")
     (dirs["weights"] / "config.json").write_text(json.dumps(TINY_CONFIG))
     (dirs["weights"] / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
@@ -272,8 +281,6 @@ def bad_dirs(tmp_path_factory) -> dict[str, Path]:
 BAD_INPUTS = [
     (["explain", ""], "sentence is empty"),
     (["explain", "  ", " "], "sentence is empty"),
-    (["explain", "--example", "seed004", "--seeds", "{seed_dir}"], "004_additive.txt"),
-    (["explain", "--example", "seed004", "--seeds", "{seed_bytes}"], "not UTF-8"),
     (["explain", "--word", "zz"], "--word: 'zz' is not a word"),
     (["explain", "--d-model", "0"], "--d-model: expected an int in [1, 2048], got 0"),
     (["explain", "--d-model", "1e3"], "argument --d-model: expected an integer, got '1e3'"),
@@ -285,7 +292,7 @@ BAD_INPUTS = [
     (["explain", "x", "--model", "{weights}", "--word", "x"], "not a valid safetensors file"),
     (["explain", "x", "--model", "/nonexistent/model", "--word", "x"], "--model: "),
     (["explain", "x", "--model", "default"], "--word is required"),
-    (["explain", "--example", "seed004", "--word", "on"], "--word cannot be used"),
+    (["explain", "--example", "bahdanau-vs-dot", "--word", "on"], "--word cannot be used"),
     (["nosuchverb"], "invalid choice"),
     (["info", "--json", "extra"], "unrecognized arguments"),
 ]

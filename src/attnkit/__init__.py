@@ -9,8 +9,9 @@ for importing torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from attnkit.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -58,12 +59,4 @@ if TYPE_CHECKING:  # pragma: no cover
     )
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"attnkit.{name}")
-    else:
-        raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, {**_LAZY, **{name: f"attnkit.{name}" for name in _SUBMODULES}})

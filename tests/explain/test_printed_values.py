@@ -16,7 +16,7 @@ SEEDS = shared_dir() / "seeds"
 @pytest.mark.skipif(not SEEDS.is_dir(), reason=f"seed files not found at {SEEDS} (../shared)")
 @pytest.mark.parametrize("name", sorted(ex.EXAMPLES))
 def test_snippets_occur_in_the_seed_files(name):
-    prefix = {"seed004": "004_", "seed002": "002_"}[name]
+    prefix = {"bahdanau-vs-dot": "004_", "softmax": "002_"}[name]
     (seed_file,) = sorted(SEEDS.glob(prefix + "*.txt"))
     text = seed_file.read_text(encoding="utf-8")
     result = ex.seed_example(name, SEEDS)
@@ -27,3 +27,21 @@ def test_snippets_occur_in_the_seed_files(name):
             assert c.printed.printed in c.printed.snippet, c.printed.key
         assert c.snippet_found is True
         assert text.splitlines()[c.seed_line - 1].find(c.printed.snippet) >= 0
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason=f"seed files not found at {SEEDS} (../shared)")
+@pytest.mark.parametrize("name", sorted(ex.EXAMPLES))
+def test_packaged_texts_are_the_seed_files(name):
+    """The tutorial texts shipped in the package are byte-for-byte the seed files."""
+    prefix = {"bahdanau-vs-dot": "004_", "softmax": "002_"}[name]
+    (seed_file,) = sorted(SEEDS.glob(prefix + "*.txt"))
+    result = ex.seed_example(name)
+    assert result.seeds_dir is None and result.seed_file_found
+    assert Path(result.seed_file).read_bytes() == seed_file.read_bytes()
+    assert all(c.snippet_found for c in result.comparisons)
+
+
+def test_catalog_lists_every_example():
+    from attnkit.explain import catalog
+
+    assert set(catalog.EXAMPLES) == set(ex.EXAMPLES)

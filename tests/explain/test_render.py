@@ -37,15 +37,15 @@ def test_fmt_vector():
 
 
 def test_render_example_without_seed_files(tmp_path):
-    result = ex.seed_example("seed004", tmp_path / "nowhere")
+    result = ex.seed_example("bahdanau-vs-dot", tmp_path / "nowhere")
     console = Console(width=100, record=True, color_system=None)
     ex.render_example(result, console)
-    assert "seed file not found" in console.export_text()
+    assert "no tutorial text found" in console.export_text()
 
 
 def test_render_example_fits_100_columns():
     console = Console(width=100, record=True, color_system=None)
-    ex.render_example(ex.seed_example("seed004", SEEDS), console)
+    ex.render_example(ex.seed_example("bahdanau-vs-dot", SEEDS), console)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "0.1192" in text and "✗" in text and "✓" in text
@@ -63,7 +63,7 @@ def test_render_shows_hostile_words_and_paths_as_text(tmp_path):
     seeds = tmp_path / "[red]\x1b[2J"
     seeds.mkdir()
     console = Console(width=100, record=True, force_terminal=True, color_system=None)
-    ex.render_example(ex.seed_example("seed004", seeds), console)
+    ex.render_example(ex.seed_example("bahdanau-vs-dot", seeds), console)
     out = console.export_text()
     assert "\x1b" not in out and "[red]\\x1b[2J" in out
 

@@ -40,7 +40,7 @@ def seed004_expected() -> dict[str, dict[str, float]]:
         "library",
         "library, ÷√d_k",
         "library, unscaled",
-        "from seed's numbers",
+        "from the tutorial's numbers",
     )
     own_add_w = softmax(np.array([1.0, 0.999]))  # from the seed's printed e11, e12
     own_add_out = np.array([0.5001, 0.4999]) @ V  # from the seed's printed alphas
@@ -74,7 +74,7 @@ def printed_tolerance(printed: str) -> tuple[float, float]:
 
 
 def test_seed004_values_and_flags():
-    d = ex.example_to_dict(ex.seed_example("seed004", SEEDS))
+    d = ex.example_to_dict(ex.seed_example("bahdanau-vs-dot", SEEDS))
     expected = seed004_expected()
     assert sorted(v["key"] for v in d["values"]) == sorted(expected)
     for v in d["values"]:
@@ -90,7 +90,8 @@ def test_seed004_values_and_flags():
 def test_seed004_known_disagreements():
     """The facts the docs state, recomputed: additive e11 = 2 tanh 2 != 1; the printed dot
     weights are the UNscaled softmax; 6.7624 != 0.1192*5 + 0.8808*7."""
-    d = {v["key"]: v for v in ex.example_to_dict(ex.seed_example("seed004", SEEDS))["values"]}
+    values = ex.example_to_dict(ex.seed_example("bahdanau-vs-dot", SEEDS))["values"]
+    d = {v["key"]: v for v in values}
     assert d["additive.e11"]["computed"]["library"] == pytest.approx(2 * np.tanh(2.0), rel=1e-12)
     assert d["additive.e11"]["agrees"] == {"library": False}
     assert d["dot.alpha11"]["agrees"] == {"library, ÷√d_k": False, "library, unscaled": True}
@@ -100,7 +101,7 @@ def test_seed004_known_disagreements():
 
 
 def test_seed002_softmax():
-    d = ex.example_to_dict(ex.seed_example("seed002", SEEDS))
+    d = ex.example_to_dict(ex.seed_example("softmax", SEEDS))
     w = softmax(np.array([2.0, 1.0, 0.1]))
     flags = []
     for i, v in enumerate(d["values"]):
@@ -112,7 +113,7 @@ def test_seed002_softmax():
 
 
 def test_example_without_seed_files(tmp_path):
-    result = ex.seed_example("seed004", tmp_path / "nowhere")
+    result = ex.seed_example("bahdanau-vs-dot", tmp_path / "nowhere")
     assert not result.seed_file_found and result.seed_file is None
     assert all(c.snippet_found is None and c.seed_line is None for c in result.comparisons)
 
@@ -125,8 +126,8 @@ def test_unknown_example():
 def test_seed_file_that_is_a_directory_or_not_utf8(tmp_path):
     (tmp_path / "004_x.txt").mkdir()
     with pytest.raises(ValueError, match=r"^seeds_dir: .*004_x\.txt is not a regular file"):
-        ex.seed_example("seed004", tmp_path)
+        ex.seed_example("bahdanau-vs-dot", tmp_path)
     (tmp_path / "004_x.txt").rmdir()
     (tmp_path / "004_x.txt").write_bytes(b"ok\n\xff")
     with pytest.raises(ValueError, match=r"^seeds_dir: .*004_x\.txt is not UTF-8"):
-        ex.seed_example("seed004", tmp_path)
+        ex.seed_example("bahdanau-vs-dot", tmp_path)

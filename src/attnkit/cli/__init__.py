@@ -5,6 +5,21 @@ One module per verb in this package; each has ``NAME``, ``EXAMPLES`` (lines for 
 verb whose arguments are passed through unparsed, like ``bench``). To add a verb, add its module
 to ``VERBS``.
 
+Fast start (``attnkit --help``, ``attnkit VERB --help`` and ``--version`` import neither torch
+nor numpy; tests/test_cli_startup.py checks every verb, benchmarks/bench_startup.py times it):
+building the parser imports every verb module, so a verb module imports at its top only the
+standard library, :mod:`attnkit.cli.common` and torch- and numpy-free modules (``attnkit.checks``,
+``attnkit.train.config``, ``attnkit.explain.catalog``). Everything else is imported inside
+``run()``::
+
+    def run(ns: argparse.Namespace) -> int:
+        from attnkit.train import metrics, session   # heavy: torch, numpy
+        ...
+
+Defaults shown in ``--help`` come from such light modules, never from a module that imports
+torch. The packages ``attnkit``, ``attnkit.explain`` and ``attnkit.train`` import their public
+names on first use (:mod:`attnkit.lazy`), so importing a light submodule stays light.
+
 Exit codes: 0 success; 2 a user mistake (bad usage, a missing or unreadable file, bad data),
 reported as one line on stderr, never a traceback; 1 an unexpected internal error, reported as
 one line that says so and where to report it; ``bench`` returns the benchmark script's own code.

@@ -1,48 +1,52 @@
-"""``attnkit explain``: seed 000's walkthrough, a seed's worked example, or what a real model
-attends to."""
+"""``attnkit explain``: self-attention step by step on a sentence, a tutorial's worked example
+(``--example NAME``), or what a real model attends to (``--model``)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import textwrap
 
-from attnkit import explain as ex
 from attnkit.cli import explain_png
 from attnkit.cli.common import UsageError, console, int_arg, option_names, print_json
+from attnkit.explain import catalog  # torch- and numpy-free: --help stays fast
 
 NAME = "explain"
 EXAMPLES = """\
-  explain   seed 000's self-attention walkthrough, step by step with shapes
+  explain   self-attention step by step on a sentence, with shapes
               attnkit explain
               attnkit explain "the cat sat on the mat" --word cat --d-model 16
               attnkit explain --json --full --d-model 8          (the same trace as JSON)
-            a seed's worked example computed by the library, checked against the seed's numbers
-              attnkit explain --example seed004
+            a tutorial's worked example computed by the library, checked against its numbers
+              attnkit explain --example bahdanau-vs-dot
             what a real pretrained model attends to (needs: pip install "attnkit[model]")
               attnkit explain "The animal didn't cross the street because it was too tired" \\
                   --model default --word it
 """
 
 EXPLAIN_DESCRIPTION = """\
-Without --example or --model: seed 000's walkthrough on SENTENCE (default "humpty dumpty sat
-on"): seeded embeddings X and projections W^Q, W^K, W^V; Q, K, V; the score row of --word,
-÷ sqrt(d_k), the softmax weights (they sum to 1), the weighted sum; then the matrix form for all
-words and a check that its row equals the one-word computation, and a cross-check against
+Without --example or --model: self-attention step by step on SENTENCE (default "humpty dumpty
+sat on"): random embeddings X and projections W^Q, W^K, W^V (drawn from --seed: the same seed
+gives the same numbers); Q, K, V; the score row of --word, ÷ sqrt(d_k), the softmax weights
+(they sum to 1), the weighted sum; then the matrix form for all words, a check that its row
+equals the one-word computation, and a cross-check against
 attnkit.functional.scaled_dot_product_attention in float64.
 
 --json prints the same trace as one JSON object (schema "attnkit.explain/1", documented in the
 attnkit.explain module): arrays are nested lists; unless --full, axes of width d_model, d_k or
 d_v are cut to their first 8 entries ("shapes" gives the full shapes, "truncated" says whether
 anything was cut).
-"""
+
+--example NAME: a tutorial's worked example (the tutorial texts ship with attnkit), each value
+the tutorial prints next to the library's value, with the line it is printed on:
+{examples}"""
 
 EXPLAIN_EPILOG = """\
 examples:
   attnkit explain
   attnkit explain "the cat sat on the mat" --word cat --d-model 16 --seed 3
   attnkit explain --d-model 64 --d-k 8 --json --full
-  attnkit explain --example seed004 [--seeds DIR]
-  attnkit explain --example seed002
+  attnkit explain --example bahdanau-vs-dot
+  attnkit explain --example softmax
   attnkit explain "The animal didn't cross the street because it was too tired" \\
       --model default --word it [--top-k 3] [--json]
 """
@@ -52,8 +56,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the verb and its options."""
     p = sub.add_parser(
         NAME,
-        help="explain attention step by step (seed walkthroughs, seed examples, real models)",
-        description=EXPLAIN_DESCRIPTION,
+        help="explain attention step by step (a sentence, a worked example, a real model)",
+        description=EXPLAIN_DESCRIPTION.format(
+            examples="".join(
+                textwrap.fill(f"{k}: {v}", 94, initial_indent="  ", subsequent_indent="      ")
+                + "\n"
+                for k, v in sorted(catalog.EXAMPLES.items())
+            )
+        ),
         epilog=EXPLAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -61,25 +71,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "sentence",
         nargs="*",
         metavar="SENTENCE",
-        help=f'the words, split on whitespace (default: "{ex.DEFAULT_SENTENCE}")',
+        help=f'the words, split on whitespace (default: "{catalog.DEFAULT_SENTENCE}")',
     )
     p.add_argument(
         "--word",
         help="the word whose attention is computed step by step (its first occurrence); "
-        'default: the last word ("on", as in seed 000); required with --model',
+        'default: the last word ("on" in the default sentence); required with --model',
     )
     p.add_argument(
         "--d-model",
         metavar="N",
         type=int_arg("d_model"),
-        default=ex.DEFAULT_D_MODEL,
-        help=f"embedding width (default {ex.DEFAULT_D_MODEL}, as in seed 000)",
+        default=catalog.DEFAULT_D_MODEL,
+        help=f"embedding width (default {catalog.DEFAULT_D_MODEL}, as in the tutorial)",
     )
     p.add_argument(
         "--d-k",
         metavar="N",
         type=int_arg("d_k"),
-        help="query/key width (default: d_model, seed 000's 512 × 512 projections)",
+        help="query/key width (default: d_model, the tutorial's 512 × 512 projections)",
     )
     p.add_argument(
         "--d-v",
@@ -91,20 +101,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--seed",
         metavar="N",
         type=int_arg("seed"),
-        default=ex.DEFAULT_SEED,
-        help=f"seed of numpy.random.default_rng for X and the W's (default {ex.DEFAULT_SEED})",
+        default=catalog.DEFAULT_SEED,
+        help=f"seed of numpy.random.default_rng for X and the W's (default {catalog.DEFAULT_SEED})",
     )
     p.add_argument(
         "--example",
-        choices=sorted(ex.EXAMPLES),
-        help="a seed's worked example instead of the walkthrough",
-    )
-    p.add_argument(
-        "--seeds",
-        type=Path,
-        metavar="DIR",
-        help="directory with the seed files (default: <repo>/../shared/seeds, else "
-        "./../shared/seeds)",
+        choices=sorted(catalog.EXAMPLES),
+        help="a tutorial's worked example instead of the walkthrough (listed above)",
     )
     p.add_argument(
         "--model",
@@ -141,7 +144,6 @@ OPTION_NAMES = {
     "d_v": "--d-v",
     "seed": "--seed",
     "example": "--example",
-    "seeds_dir": "--seeds",
     "model": "--model",
     "path": "--model",
     "top_k": "--top-k",
@@ -158,7 +160,7 @@ def _sentence(ns: argparse.Namespace) -> str | None:
     if not sentence:
         raise UsageError(
             "SENTENCE: the sentence is empty; give some words, or leave it out "
-            f'for the default "{ex.DEFAULT_SENTENCE}"'
+            f'for the default "{catalog.DEFAULT_SENTENCE}"'
         )
     return sentence
 
@@ -179,8 +181,10 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def _explain_walkthrough(ns: argparse.Namespace, sentence: str | None) -> int:
+    from attnkit import explain as ex
+
     w = ex.walkthrough(
-        sentence or ex.DEFAULT_SENTENCE, ns.word, ns.d_model, ns.d_k, ns.d_v, ns.seed
+        sentence or catalog.DEFAULT_SENTENCE, ns.word, ns.d_model, ns.d_k, ns.d_v, ns.seed
     )
     if ns.json:
         print_json(ex.walkthrough_to_dict(w, full=ns.full))
@@ -202,7 +206,9 @@ def _explain_example(ns: argparse.Namespace, sentence: str | None) -> int:
     ]
     if given:
         raise UsageError(f"--example: {', '.join(given)} cannot be used with it")
-    result = ex.seed_example(ns.example, ns.seeds)
+    from attnkit import explain as ex
+
+    result = ex.seed_example(ns.example)
     if ns.json:
         print_json(ex.example_to_dict(result))
     else:

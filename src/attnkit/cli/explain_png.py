@@ -1,4 +1,4 @@
-"""``attnkit explain ... --png FILE``: the walkthrough's weights (seed 000), or with ``--model``
+"""``attnkit explain ... --png FILE``: the walkthrough's weights, or with ``--model``
 every layer's and head's weights for the chosen word, as a heatmap image (PNG, SVG or PDF)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def write(ns: argparse.Namespace, sentence: str | None) -> None:
         w.trace.weights,
         list(w.words),
         path=path,
-        title=f"seed 000 walkthrough: softmax(QK\u1d40/\u221ad_k), d_model={w.d_model}, "
+        title=f"self-attention weights softmax(QK\u1d40/\u221ad_k), d_model={w.d_model}, "
         f"d_k={w.d_k}, seed={w.seed}",
     )
 

@@ -55,30 +55,61 @@ Seed example::
      "notes": [str]}
 """
 
-from attnkit.explain.printed_values import PrintedValue
-from attnkit.explain.render import fmt_vector, render_example, render_walkthrough
-from attnkit.explain.seed_examples import (
-    EXAMPLES,
-    Comparison,
-    SeedExample,
-    example_to_dict,
-    seed_example,
-)
-from attnkit.explain.shared import default_seeds_dir, shared_dir, shared_path
-from attnkit.explain.walkthrough import (
-    DEFAULT_D_MODEL,
-    DEFAULT_SEED,
-    DEFAULT_SENTENCE,
-    MAX_D_MODEL,
-    MAX_WORDS,
-    PREVIEW,
-    RNG_PROCEDURE,
-    SCHEMA,
-    Walkthrough,
-    make_inputs,
-    walkthrough,
-    walkthrough_to_dict,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnkit.lazy import lazy_exports
+
+_WHERE = {
+    "attnkit.explain.catalog": ("DEFAULT_D_MODEL", "DEFAULT_SEED", "DEFAULT_SENTENCE"),
+    "attnkit.explain.printed_values": ("PrintedValue",),
+    "attnkit.explain.render": ("fmt_vector", "render_example", "render_walkthrough"),
+    "attnkit.explain.seed_examples": (
+        "EXAMPLES",
+        "Comparison",
+        "SeedExample",
+        "example_to_dict",
+        "seed_example",
+    ),
+    "attnkit.explain.shared": ("default_seeds_dir", "shared_dir", "shared_path"),
+    "attnkit.explain.steps": (
+        "MAX_D_MODEL",
+        "MAX_WORDS",
+        "PREVIEW",
+        "RNG_PROCEDURE",
+        "SCHEMA",
+        "Walkthrough",
+        "make_inputs",
+        "walkthrough",
+        "walkthrough_to_dict",
+    ),
+}
+__getattr__ = lazy_exports(__name__, {n: m for m, names in _WHERE.items() for n in names})
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnkit.explain.catalog import DEFAULT_D_MODEL, DEFAULT_SEED, DEFAULT_SENTENCE
+    from attnkit.explain.printed_values import PrintedValue
+    from attnkit.explain.render import fmt_vector, render_example, render_walkthrough
+    from attnkit.explain.seed_examples import (
+        EXAMPLES,
+        Comparison,
+        SeedExample,
+        example_to_dict,
+        seed_example,
+    )
+    from attnkit.explain.shared import default_seeds_dir, shared_dir, shared_path
+    from attnkit.explain.steps import (
+        MAX_D_MODEL,
+        MAX_WORDS,
+        PREVIEW,
+        RNG_PROCEDURE,
+        SCHEMA,
+        Walkthrough,
+        make_inputs,
+        walkthrough,
+        walkthrough_to_dict,
+    )
 
 __all__ = [
     "DEFAULT_D_MODEL",

@@ -62,7 +62,7 @@ _DOT = "dot-product, d_k = 2"
 _LIB = "library"
 _LIB_S = "library, ÷√d_k"
 _LIB_U = "library, unscaled"
-_OWN = "from seed's numbers"
+_OWN = "from the tutorial's numbers"
 
 
 # --- seed 004 --------------------------------------------------------------------------------

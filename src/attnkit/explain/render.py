@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from attnkit.explain.model_attention import Attended, ModelAttentionReport
     from attnkit.explain.seed_examples import Comparison, SeedExample
-    from attnkit.explain.walkthrough import Walkthrough
+    from attnkit.explain.steps import Walkthrough
 
 __all__ = ["fmt_vector", "render_example", "render_model_attention", "render_walkthrough"]
 
@@ -83,11 +83,11 @@ def render_walkthrough(w: Walkthrough, console: Console) -> None:
     labels = [f"{i + 1} {wd}" for i, wd in enumerate(words)]
     console.print(
         Panel(
-            f"[bold]Self-attention, step by step[/] (seed 000)\n"
-            f"sentence: [cyan]{markup(w.sentence)}[/]   n = {n} words\n"
-            f"d_model = {w.d_model}, d_k = {w.d_k}, d_v = {w.d_v}, seed = {w.seed}\n"
-            "[dim]inputs: numpy.random.default_rng(seed); one N(0, 1) embedding per distinct "
-            "word; W ~ N(0, 1)/sqrt(d_model)[/]",
+            f'[bold]Self-attention, step by step:[/] [cyan]"{markup(w.sentence)}"[/]'
+            f"   n = {n} words\n"
+            f"d_model = {w.d_model}, d_k = {w.d_k}, d_v = {w.d_v}\n"
+            f"[dim]random inputs: numpy.random.default_rng({w.seed}); one N(0, 1) "
+            "embedding per distinct word; W ~ N(0, 1)/sqrt(d_model)[/]",
             expand=False,
         )
     )
@@ -159,16 +159,20 @@ def render_walkthrough(w: Walkthrough, console: Console) -> None:
 
 
 def render_example(ex: SeedExample, console: Console) -> None:
-    """Print a seed example: per section a table of printed vs computed values."""
+    """Print a worked example: per section a table of printed vs computed values."""
     from rich.table import Table
 
     console.rule(f"[bold]{ex.title}")
-    if ex.seed_file_found:
-        console.print(f"seed file: {markup(ex.seed_file)}")
+    if ex.seeds_dir is None:
+        console.print(
+            "source: the tutorial this example comes from (its text ships with attnkit); "
+            "'line' is where the tutorial prints each value"
+        )
+    elif ex.seed_file_found:
+        console.print(f"source: {markup(ex.seed_file)}")
     else:
         console.print(
-            f"[yellow]seed file not found[/] in {markup(ex.seeds_dir)} (see --seeds); comparing "
-            "with the "
+            f"[yellow]no tutorial text found[/] in {markup(ex.seeds_dir)}; comparing with the "
             "values and text snippets embedded in attnkit"
         )
     for name, a in ex.inputs.items():
@@ -180,10 +184,10 @@ def render_example(ex: SeedExample, console: Console) -> None:
         columns = list(dict.fromkeys(col for c in comps for col in c.computed))
         t = Table(title=section, title_justify="left", show_edge=False, pad_edge=False)
         t.add_column("value")
-        t.add_column("seed prints", justify="right")
+        t.add_column("tutorial prints", justify="right")
         for col in columns:
             t.add_column(col, justify="right")
-        t.add_column("seed line", justify="right", style="dim")
+        t.add_column("line", justify="right", style="dim")
         for c in comps:
             cells = []
             for col in columns:
@@ -199,7 +203,7 @@ def render_example(ex: SeedExample, console: Console) -> None:
             t.add_row(c.printed.label, c.printed.printed, *cells, where)
         console.print(t)
     console.print(
-        "[dim]✓ = agrees within half a unit of the last digit the seed prints "
+        "[dim]✓ = agrees within half a unit of the last digit the tutorial prints "
         "(exact values: 1e-12)[/]"
     )
     if ex.notes:

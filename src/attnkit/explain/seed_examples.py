@@ -1,20 +1,23 @@
-"""A seed's worked example computed by the library, next to each value the seed prints
-(:mod:`attnkit.explain.printed_values`), with the exact seed text it comes from and whether it
-agrees; and its JSON form.
+"""A worked example from a tutorial (the project's "seed" texts) computed by the library, next
+to each value the tutorial prints (:mod:`attnkit.explain.printed_values`), with the exact text it
+comes from, its line in the tutorial and whether it agrees; and its JSON form.
 
-* ``"seed004"``: additive, scaled and unscaled dot-product attention on Q = [[1,0],[0,1]],
-  K = [[1,2],[3,4]], V = [[5,6],[7,8]] (row Q_1);
-* ``"seed002"``: the softmax of [2.0, 1.0, 0.1].
+* ``"bahdanau-vs-dot"``: additive (Bahdanau), scaled and unscaled dot-product attention on
+  Q = [[1,0],[0,1]], K = [[1,2],[3,4]], V = [[5,6],[7,8]] (row Q_1);
+* ``"softmax"``: the softmax of [2.0, 1.0, 0.1].
 
-The seed files are looked up in ``seeds_dir`` (default :func:`attnkit.explain.shared.
-default_seeds_dir`); without them the comparison still runs on the embedded values. The JSON
-schema is documented in :mod:`attnkit.explain`.
+The tutorial texts ship inside the package (``explain/texts/NAME.txt``), so the examples work
+after ``pip install``. ``seeds_dir`` overrides them with a directory of the original seed files
+(``004_*.txt``, ``002_*.txt``, as in a checkout's ``../shared/seeds``); when it holds no such
+file the comparison still runs on the embedded values. The JSON schema is documented in
+:mod:`attnkit.explain`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,7 @@ import numpy as np
 from attnkit import reference
 from attnkit.explain import printed_values
 from attnkit.explain.printed_values import PrintedValue
-from attnkit.explain.shared import default_seeds_dir
-from attnkit.explain.walkthrough import SCHEMA
+from attnkit.explain.steps import SCHEMA
 
 __all__ = ["EXAMPLES", "Comparison", "SeedExample", "example_to_dict", "seed_example"]
 
@@ -42,13 +44,16 @@ class Comparison:
 
 @dataclass(frozen=True)
 class SeedExample:
-    """A seed's worked example computed by the library and compared with what the seed prints."""
+    """A worked example computed by the library and compared with what its tutorial prints.
+
+    ``seed_file``: the tutorial text read (None when ``seeds_dir`` held none); ``seeds_dir``:
+    the override directory, or None for the text shipped with attnkit."""
 
     name: str
     title: str
     seed_file: str | None
     seed_file_found: bool
-    seeds_dir: str
+    seeds_dir: str | None
     inputs: dict[str, np.ndarray]
     cases: dict[str, dict[str, np.ndarray]]
     comparisons: tuple[Comparison, ...]
@@ -102,13 +107,13 @@ def _seed004_notes(cases: dict[str, dict[str, np.ndarray]]) -> list[str]:
     own_dot = cases["seed_dot"]["output"][0]
     return [
         "additive e11: v^T tanh(W_q q_1 + W_k k_1) = [1, 1]·tanh([2, 2]) = 2·tanh(2) = "
-        f"{add['scores'][0, 0]:.6f}; the seed prints 1.",
+        f"{add['scores'][0, 0]:.6f}; the tutorial prints 1.",
         "additive e12: [1, 1]·tanh([4, 4]) = 2·tanh(4) = "
-        f"{add['scores'][0, 1]:.6f}; the seed prints 0.999 = tanh(4), one component only.",
-        f"additive α11, α12 from the seed's own e11 = 1, e12 = 0.999 are {own_w[0]:.5f}, "
+        f"{add['scores'][0, 1]:.6f}; the tutorial prints 0.999 = tanh(4), one component only.",
+        f"additive α11, α12 from the tutorial's own e11 = 1, e12 = 0.999 are {own_w[0]:.5f}, "
         f"{own_w[1]:.5f}, not 0.5001, 0.4999; from the computed e they are "
         f"{add['weights'][0, 0]:.4f}, {add['weights'][0, 1]:.4f}.",
-        "dot-product α11, α12: the seed prints softmax of the UNscaled scores [1, 3] "
+        "dot-product α11, α12: the tutorial prints softmax of the UNscaled scores [1, 3] "
         f"({un['weights'][0, 0]:.4f}, {un['weights'][0, 1]:.4f}) although its formula divides "
         f"by √2, which gives {sc['weights'][0, 0]:.4f}, {sc['weights'][0, 1]:.4f}.",
         f"dot-product output: 0.1192·[5, 6] + 0.8808·[7, 8] = [{own_dot[0]:.4f}, "
@@ -128,27 +133,32 @@ def _seed002_notes(cases: dict[str, dict[str, np.ndarray]]) -> list[str]:
     w = cases["softmax"]["weights"][0]
     return [
         f"softmax([2.0, 1.0, 0.1]) = [{w[0]:.4f}, {w[1]:.4f}, {w[2]:.4f}], i.e. "
-        f"[{w[0]:.2f}, {w[1]:.2f}, {w[2]:.2f}] to two decimals; the seed prints "
+        f"[{w[0]:.2f}, {w[1]:.2f}, {w[2]:.2f}] to two decimals; the tutorial prints "
         "[0.65, 0.24, 0.11] (which sums to 1.00, but the first and last entries are off)."
     ]
 
 
 EXAMPLES: dict[str, _ExampleSpec] = {
-    "seed004": _ExampleSpec(
-        title="Seed 004: additive vs dot-product attention, worked numbers (row Q_1)",
+    "bahdanau-vs-dot": _ExampleSpec(
+        title="Additive (Bahdanau) vs dot-product attention, worked numbers (row Q_1)",
         file_glob="004_*.txt",
         compute=_seed004_compute,
         values=printed_values.SEED004_VALUES,
         notes=_seed004_notes,
     ),
-    "seed002": _ExampleSpec(
-        title="Seed 002: the softmax example",
+    "softmax": _ExampleSpec(
+        title="The softmax of the scores [2.0, 1.0, 0.1]",
         file_glob="002_*.txt",
         compute=_seed002_compute,
         values=printed_values.SEED002_VALUES,
         notes=_seed002_notes,
     ),
 }
+
+
+def _packaged_text(name: str) -> Path:
+    """The tutorial text of example ``name`` shipped inside the package."""
+    return Path(str(resources.files("attnkit.explain") / "texts" / f"{name}.txt"))
 
 
 def _find_seed_file(seeds_dir: Path | None, pattern: str) -> Path | None:
@@ -170,20 +180,23 @@ def _read_seed(path: Path) -> str:
         raise ValueError(f"seeds_dir: {path} cannot be read ({e.strerror or e})") from None
 
 
-def seed_example(name: str = "seed004", seeds_dir: Path | str | None = None) -> SeedExample:
-    """Compute example ``name`` (a key of :data:`EXAMPLES`) and compare with the seed.
+def seed_example(name: str = "bahdanau-vs-dot", seeds_dir: Path | str | None = None) -> SeedExample:
+    """Compute example ``name`` (a key of :data:`EXAMPLES`) and compare with its tutorial.
 
-    ``seeds_dir``: the directory holding the seed files (default :func:`default_seeds_dir`).
-    When the seed file is missing the comparison still runs on the embedded values and
-    snippets; ``snippet_found`` / ``seed_line`` are then None.
+    ``seeds_dir``: None for the tutorial text shipped with attnkit, else a directory of the
+    original seed files (override). When it holds no such file the comparison still runs on
+    the embedded values and snippets; ``snippet_found`` / ``seed_line`` are then None.
     """
     if not isinstance(name, str) or name not in EXAMPLES:
         raise ValueError(f"example: expected one of {sorted(EXAMPLES)}, got {name!r}")
     spec = EXAMPLES[name]
     if seeds_dir is not None and not isinstance(seeds_dir, (str, Path)):
         raise TypeError(f"seeds_dir: expected a directory path, got {type(seeds_dir).__name__}")
-    seeds_path = default_seeds_dir() if seeds_dir is None else Path(seeds_dir)
-    seed_file = _find_seed_file(seeds_path, spec.file_glob)
+    if seeds_dir is None:
+        seeds_path, seed_file = None, _packaged_text(name)
+    else:
+        seeds_path = Path(seeds_dir)
+        seed_file = _find_seed_file(seeds_path, spec.file_glob)
     text = _read_seed(seed_file) if seed_file is not None else None
     inputs, cases = spec.compute()
 
@@ -205,7 +218,7 @@ def seed_example(name: str = "seed004", seeds_dir: Path | str | None = None) -> 
         title=spec.title,
         seed_file=str(seed_file) if seed_file is not None else None,
         seed_file_found=seed_file is not None,
-        seeds_dir=str(seeds_path),
+        seeds_dir=None if seeds_path is None else str(seeds_path),
         inputs=inputs,
         cases=cases,
         comparisons=tuple(comparisons),

@@ -16,8 +16,25 @@ checkpointing), ``trainer`` (the loop).
     model = load(ckpt).model
 """
 
-from attnkit.train.config import TrainConfig
-from attnkit.train.session import load
-from attnkit.train.trainer import train
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnkit.lazy import lazy_exports
+
+# imported on first use: attnkit.train.config (read by ``attnkit train --help``) stays torch-free
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "TrainConfig": "attnkit.train.config",
+        "load": "attnkit.train.session",
+        "train": "attnkit.train.trainer",
+    },
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.session import load
+    from attnkit.train.trainer import train
 
 __all__ = ["TrainConfig", "load", "train"]

@@ -29,6 +29,7 @@ import numpy as np
 
 from attnkit import reference
 from attnkit.checks import integer, nonnegative_int
+from attnkit.explain.catalog import DEFAULT_D_MODEL, DEFAULT_SEED, DEFAULT_SENTENCE
 
 __all__ = [
     "DEFAULT_D_MODEL",
@@ -45,9 +46,6 @@ __all__ = [
     "walkthrough_to_dict",
 ]
 
-DEFAULT_SENTENCE = "humpty dumpty sat on"
-DEFAULT_D_MODEL = 512  # seed 000: 512-dimensional embeddings, 512 × 512 projections
-DEFAULT_SEED = 0
 MAX_D_MODEL = 2048
 MAX_WORDS = 512
 PREVIEW = 8  # JSON: feature axes are cut to this many leading entries unless full=True
