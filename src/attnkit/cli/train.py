@@ -14,7 +14,7 @@ NAME = "train"
 EXAMPLES = """\
   train     train a Transformer (copy/reverse/sort/lm/translate) with checkpoints and resume
               attnkit train                        (the built-in copy task, no files needed)
-              attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv \\
+              attnkit train --task translate --data eng-fra.tsv \\
                   --out runs/fra --max-minutes 10
               attnkit train --resume runs/fra --max-minutes 20
 """
@@ -24,10 +24,10 @@ examples:
   attnkit train
       the built-in default: the copy task (vocabulary 10, length 10), 600 steps at most
   attnkit train --task reverse --vocab 20 --length 12 --out runs/rev --max-steps 2000
-  attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv --out runs/fra \\
+  attnkit train --task translate --data eng-fra.tsv --out runs/fra \\
       --max-minutes 10
   attnkit train --task lm --data rhymes.txt --out runs/lm --max-minutes 5 --tokenizer word
-  attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv --pack --out runs/fra-pack
+  attnkit train --task translate --data eng-fra.tsv --pack --out runs/fra-pack
       packs several sentence pairs into each row (document masks); the row length is
       twice the longest training pair rounded up to a multiple of 32 unless --max-len is given
   attnkit train --task lm --data book.txt --max-len 16384 --window 256 --batch-size 1 \\
@@ -37,6 +37,9 @@ examples:
   torchrun --nproc_per_node=2 -m attnkit train --task copy --out runs/ddp --max-steps 600
       two processes (DistributedDataParallel, gloo on CPU); each step sees 2 x --batch-size
       sequences; --accumulate K steps the optimiser every K micro-batches per process
+
+--data for translate: a UTF-8 text file, one sentence pair per line, source TAB target (e.g.
+eng-fra.tsv: "I'm cold.<TAB>J'ai froid."); for lm: plain UTF-8 text.
 
 The run directory (--out) receives log.jsonl (one JSON line per logging step and evaluation)
 and checkpoints step-NNNNNNNN/ (model.safetensors, config.json, tokenizer.json, optimiser and
