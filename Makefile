@@ -53,8 +53,15 @@ long: $(STAMP_DEV)
 pack-lengths: $(STAMP_RUN)
 	cd benchmarks && ../$(BIN)/python bench_train.py --child pack-lengths --arg 16,32,64,128,256,512
 
+# The documentation site (guides in docs/, API pages from the docstrings) in site/, offline;
+# --strict: a broken link or reference fails. Open site/index.html (search needs a server:
+# python -m http.server -d site).
+.PHONY: docs
+docs: $(STAMP_DEV)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

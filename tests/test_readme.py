@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
+from tests.support.markdown import python_blocks, run_block, stated_messages
+
 README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+BLOCKS = python_blocks(README)
 
 
 def test_readme_has_examples():
@@ -17,7 +18,8 @@ def test_readme_has_examples():
 
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_readme_example_runs(code, capsys):
-    exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+    run_block(code, README)
     # every example that states an error message in a comment must print exactly that message
-    for expected in re.findall(r"print\(e\)\s*#\s*(.+)", code):
-        assert expected.strip() in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for expected in stated_messages(code):
+        assert expected in out

