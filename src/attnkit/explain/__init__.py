@@ -1,22 +1,27 @@
-"""The seed walkthroughs and a real model's attention, explained: computed by
-:mod:`attnkit.reference` (or the model), rendered for a terminal (rich) or as JSON. The
-command-line front end is ``attnkit explain`` (:mod:`attnkit.cli.explain`).
+"""Self-attention step by step, the tutorials' worked examples, and a real model's attention,
+explained: computed by :mod:`attnkit.reference` (or the model), rendered for a terminal (rich)
+or as JSON. The command-line front end is ``attnkit explain`` (:mod:`attnkit.cli.explain`). The
+project calls the five blog posts on attention it follows its *seeds* (numbered 000 to 004);
+the names below keep that word.
 
-One concept per module:
+Every public name is imported on first use (:mod:`attnkit.lazy`), so that ``attnkit explain
+--help`` imports neither numpy nor torch. One concept per module:
 
-* :mod:`.walkthrough` — :func:`walkthrough`: seed 000's self-attention walkthrough ("humpty
-  dumpty sat on"): seeded embeddings X (n, d_model) and projections W^Q (d_model, d_k), W^K
-  (d_model, d_k), W^V (d_model, d_v); Q, K, V; one word's score row, ÷ sqrt(d_k), softmax,
-  weighted sum; the matrix form for all words; and checks (one-word row vs matrix row,
-  reference vs :func:`attnkit.functional.scaled_dot_product_attention` in float64).
-* :mod:`.printed_values` — the numbers the seeds print, as data, with the exact seed text each
+* :mod:`.catalog` — the walkthrough's defaults and the examples' names, no heavy import.
+* :mod:`.steps` — :func:`walkthrough`: self-attention step by step on a sentence (default
+  "humpty dumpty sat on", after seed 000): seeded embeddings X (n, d_model) and projections W^Q
+  (d_model, d_k), W^K (d_model, d_k), W^V (d_model, d_v); Q, K, V; one word's score row,
+  ÷ sqrt(d_k), softmax, weighted sum; the matrix form for all words; and checks (one-word row vs
+  matrix row, reference vs :func:`attnkit.functional.scaled_dot_product_attention` in float64).
+* :mod:`.printed_values` — the numbers the tutorials print, as data, with the exact text each
   comes from.
-* :mod:`.seed_examples` — :func:`seed_example`: a seed's worked numbers (``"seed004"``:
-  additive, scaled and unscaled dot-product on Q = [[1,0],[0,1]], K = [[1,2],[3,4]],
-  V = [[5,6],[7,8]]; ``"seed002"``: the softmax of [2.0, 1.0, 0.1]) computed by the library,
-  next to each value the seed prints, and whether it agrees.
+* :mod:`.seed_examples` — :func:`seed_example`: a tutorial's worked numbers
+  (``"bahdanau-vs-dot"``: additive, scaled and unscaled dot-product on Q = [[1,0],[0,1]],
+  K = [[1,2],[3,4]], V = [[5,6],[7,8]]; ``"softmax"``: the softmax of [2.0, 1.0, 0.1]) computed
+  by the library, next to each value the tutorial prints, and whether it agrees. The texts ship
+  in ``explain/texts/``.
 * :mod:`.model_attention` — what a real (BERT-style) model's heads attend to for one word
-  (needs torch and the model; not imported by this package's ``__init__``).
+  (needs torch and the model).
 * :mod:`.render` — printing all of them with rich (the only importer of rich here).
 * :mod:`.shared` — where the checkout's ``../shared`` directory (seeds, test data) is.
 
@@ -28,7 +33,7 @@ Walkthrough::
     {"schema": "attnkit.explain/1", "mode": "walkthrough",
      "sentence": str, "words": [str], "word": str, "position": int (0-based, first occurrence),
      "d_model": int, "d_k": int, "d_v": int, "seed": int,
-     "rng": str (the procedure in attnkit.explain.walkthrough),
+     "rng": str (the procedure in attnkit.explain.steps),
      "full": bool, "preview": int | null, "truncated": bool,
      "shapes": {"inputs.x": [n, d_model], ...},   # the full shape of every array below
      "inputs": {"x", "w_q", "w_k", "w_v"},
@@ -44,10 +49,12 @@ Unless ``full`` is true, every feature axis (of length d_model, d_k or d_v; neve
 is cut to its first ``preview`` entries; ``shapes`` still gives the full shapes and
 ``truncated`` says whether anything was cut.
 
-Seed example::
+Worked example (``seed_file``: the tutorial text read; ``seeds_dir``: null for the text shipped
+with attnkit, else the override directory; ``seed_line``: the line of the text a value is
+printed on)::
 
-    {"schema": "attnkit.explain/1", "mode": "example", "example": "seed004", "title": str,
-     "seed_file": str | null, "seed_file_found": bool, "seeds_dir": str,
+    {"schema": "attnkit.explain/1", "mode": "example", "example": "bahdanau-vs-dot",
+     "title": str, "seed_file": str | null, "seed_file_found": bool, "seeds_dir": str | null,
      "inputs": {name: array}, "cases": {case: {field: array}},
      "values": [{"key", "section", "label", "printed", "printed_value", "digits" (int | null),
                  "tolerance", "snippet", "snippet_found" (bool | null), "seed_line" (int | null),

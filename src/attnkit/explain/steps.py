@@ -1,5 +1,6 @@
-"""Seed 000's self-attention walkthrough ("humpty dumpty sat on") as data: seeded inputs, the
-chosen word's row step by step, the matrix form, and checks; and its JSON form.
+"""The walkthrough: self-attention step by step on a sentence (after seed 000, "humpty dumpty
+sat on") as data: seeded inputs, the chosen word's row step by step, the matrix form, and
+checks; and its JSON form.
 
 Seeded inputs (the documented procedure, reproducible with NumPy alone)::
 

@@ -14,6 +14,9 @@ P6 NaN or +-inf in q, k, v or a bias at a position a row attends to makes that w
    before computing and then sets the affected rows to NaN, so rows that do not attend to
    them are exact. Gradients of calls with non-finite inputs are unspecified.
 
+(The same rules in words: the docs site's guide "Conventions and the numerics policy",
+``docs/guides/conventions.md``.)
+
 :func:`numerics` is the one place the policy is decided for a call: :func:`input_scan` reads
 max|q|, max|k| and the finiteness of q, k and v in one exact pass per tensor
 (:mod:`attnkit.kernels.scan`), then :func:`decide` applies the cheap P5 bound and, only when it
