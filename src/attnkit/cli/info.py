@@ -9,8 +9,6 @@ it is available and, if not, why. :func:`collect` returns the same as a JSON-rea
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.metadata
 import os
 import platform
 import sys
@@ -60,6 +58,8 @@ def run(ns: argparse.Namespace) -> int:
 # collecting
 # ---------------------------------------------------------------------------------------------
 def _version(dist: str) -> str | None:
+    import importlib.metadata  # here, not at the top: --help stays fast
+
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
