@@ -6,7 +6,7 @@ verb whose arguments are passed through unparsed, like ``bench``). To add a verb
 to ``VERBS``.
 
 Fast start (``attnkit --help``, ``attnkit VERB --help`` and ``--version`` import neither torch
-nor numpy; tests/test_cli_startup.py checks every verb, benchmarks/bench_startup.py times it):
+nor numpy; tests/cli/test_startup.py checks every verb, benchmarks/bench_startup.py times it):
 building the parser imports every verb module, so a verb module imports at its top only the
 standard library, :mod:`attnkit.cli.common` and torch- and numpy-free modules (``attnkit.checks``,
 ``attnkit.train.config``, ``attnkit.explain.catalog``). Everything else is imported inside
