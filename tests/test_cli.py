@@ -197,6 +197,7 @@ def test_examples_work_without_the_checkout(tmp_path, name):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["seed_file_found"] and d["seeds_dir"] is None
+    assert d["source"].startswith("a blog post")  # the tutorial named in words, not a file
     assert all(v["snippet_found"] and v["seed_line"] >= 1 for v in d["values"])
 
 

@@ -54,7 +54,8 @@ with attnkit, else the override directory; ``seed_line``: the line of the text a
 printed on)::
 
     {"schema": "attnkit.explain/1", "mode": "example", "example": "bahdanau-vs-dot",
-     "title": str, "seed_file": str | null, "seed_file_found": bool, "seeds_dir": str | null,
+     "title": str, "source": str (the tutorial, in words),
+     "seed_file": str | null, "seed_file_found": bool, "seeds_dir": str | null,
      "inputs": {name: array}, "cases": {case: {field: array}},
      "values": [{"key", "section", "label", "printed", "printed_value", "digits" (int | null),
                  "tolerance", "snippet", "snippet_found" (bool | null), "seed_line" (int | null),

@@ -165,8 +165,8 @@ def render_example(ex: SeedExample, console: Console) -> None:
     console.rule(f"[bold]{ex.title}")
     if ex.seeds_dir is None:
         console.print(
-            "source: the tutorial this example comes from (its text ships with attnkit); "
-            "'line' is where the tutorial prints each value"
+            f"source: {markup(ex.source or 'the tutorial this example comes from')} (its text "
+            "ships with attnkit); 'line' is where the tutorial prints each value"
         )
     elif ex.seed_file_found:
         console.print(f"source: {markup(ex.seed_file)}")

@@ -58,11 +58,13 @@ class SeedExample:
     cases: dict[str, dict[str, np.ndarray]]
     comparisons: tuple[Comparison, ...]
     notes: tuple[str, ...] = field(default=())
+    source: str = ""
 
 
 @dataclass(frozen=True)
 class _ExampleSpec:
     title: str
+    source: str
     file_glob: str
     compute: Callable[[], tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]]
     values: tuple[PrintedValue, ...]
@@ -141,6 +143,8 @@ def _seed002_notes(cases: dict[str, dict[str, np.ndarray]]) -> list[str]:
 EXAMPLES: dict[str, _ExampleSpec] = {
     "bahdanau-vs-dot": _ExampleSpec(
         title="Additive (Bahdanau) vs dot-product attention, worked numbers (row Q_1)",
+        source="a blog post (in Chinese) on the two common forms of attention, additive and "
+        "dot-product",
         file_glob="004_*.txt",
         compute=_seed004_compute,
         values=printed_values.SEED004_VALUES,
@@ -148,6 +152,7 @@ EXAMPLES: dict[str, _ExampleSpec] = {
     ),
     "softmax": _ExampleSpec(
         title="The softmax of the scores [2.0, 1.0, 0.1]",
+        source="a blog post (in Chinese) on the core ideas of self-attention",
         file_glob="002_*.txt",
         compute=_seed002_compute,
         values=printed_values.SEED002_VALUES,
@@ -223,6 +228,7 @@ def seed_example(name: str = "bahdanau-vs-dot", seeds_dir: Path | str | None = N
         cases=cases,
         comparisons=tuple(comparisons),
         notes=tuple(spec.notes(cases)),
+        source=spec.source,
     )
 
 
@@ -234,6 +240,7 @@ def example_to_dict(ex: SeedExample) -> dict:
         "mode": "example",
         "example": ex.name,
         "title": ex.title,
+        "source": ex.source,
         "seed_file": ex.seed_file,
         "seed_file_found": ex.seed_file_found,
         "seeds_dir": ex.seeds_dir,
