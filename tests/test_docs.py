@@ -54,6 +54,19 @@ def test_no_page_loads_from_the_network(site):
     assert loading == []
 
 
+def test_every_page_using_a_policy_code_links_to_its_definition(site):
+    """P1 ... P6 may appear on a page only with a link to the table that defines them."""
+    definition = "conventions.html#the-numerics-policy-p1-to-p6"
+    pages = [p for p in site.rglob("*.html") if re.search(r"\bP[1-6]\b", p.read_text("utf-8"))]
+    assert pages  # the policy pages use them
+    undefined = [
+        p.relative_to(site)
+        for p in pages
+        if p.name != "conventions.html" and definition not in p.read_text("utf-8")
+    ]
+    assert undefined == []
+
+
 def test_the_guides_have_examples():
     assert len(BLOCKS) >= 4
 
