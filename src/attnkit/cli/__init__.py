@@ -34,6 +34,7 @@ VERBS = (
     "generate",
     "score",
     "plot",
+    "export",
     "bench",
 )
 """The verb modules of this package, in the order ``--help`` lists them."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from attnkit.cli.common import UsageError, one_line, option_names
 
@@ -43,7 +44,8 @@ def run(ns: argparse.Namespace) -> int:
     """Generate; 0 on success."""
     from attnkit.train import metrics, session
 
-    loaded = session.load(ns.ckpt)
+    loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
+    print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     if loaded.kind != "lm":
         raise UsageError(
             f"generate: {loaded.path} is an encoder-decoder (task "
