@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.common import UsageError, one_line, option_names
+from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
 
 NAME = "evaluate"
 EXAMPLES = """\
@@ -42,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
+    add_device(p)
     p.add_argument("--data", metavar="FILE", help="evaluate on this file instead")
     p.add_argument("--split", choices=("heldout", "train"), default="heldout")
     p.add_argument("--n", type=int, default=None, help="first N examples only")
@@ -70,6 +71,12 @@ def _examples(loaded, ns):
 
 
 def run(ns: argparse.Namespace) -> int:
+    """Check --device, then run the verb there; 0 on success."""
+    with on_device(ns.device):
+        return _run(ns)
+
+
+def _run(ns: argparse.Namespace) -> int:
     """Evaluate; 0 on success."""
     from attnkit.train import metrics, session
 

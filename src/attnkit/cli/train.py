@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, option_names
+from attnkit.cli.common import UsageError, add_device, on_device, option_names
 
 NAME = "train"
 EXAMPLES = """\
@@ -158,6 +158,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no progress bar (on a terminal) and no plain progress lines (elsewhere)",
     )
+    add_device(p)
     p.add_argument(
         "--tensorboard",
         action="store_true",
@@ -220,7 +221,8 @@ def run(ns: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
         try:
-            train(config, out, resume=ns.resume, progress=mode, tensorboard=ns.tensorboard)
+            with on_device(ns.device):
+                train(config, out, resume=ns.resume, progress=mode, tensorboard=ns.tensorboard)
         except TrainingInterrupted as e:
             print(e, file=sys.stderr)
             return 130

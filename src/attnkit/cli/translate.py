@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line, option_names
+from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
 
 NAME = "translate"
 EXAMPLES = """\
@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences (- = stdin)")
     p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
+    add_device(p)
     p.add_argument("--input", metavar="FILE", help="one sentence per line (UTF-8)")
     p.add_argument("--output", metavar="FILE", help="write the outputs here (default: stdout)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (64)")
@@ -131,6 +132,12 @@ def _check_vocabulary(tok, lines: list[str], strict: bool) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
+    """Check --device, then run the verb there; 0 on success."""
+    with on_device(ns.device):
+        return _run(ns)
+
+
+def _run(ns: argparse.Namespace) -> int:
     """Decode; 0 on success."""
     from attnkit.train import metrics, session
 

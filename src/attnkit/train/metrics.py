@@ -146,8 +146,13 @@ def continue_text(
     ids = tk.encode(tok, prompt)
     if not ids:
         raise ValueError(f"prompt: {prompt!r} has no tokens")
-    gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device  # the sampler draws where the model runs
+    gen = torch.Generator(device=device).manual_seed(seed)
     out = model.generate(
-        torch.tensor([ids]), max_new_tokens, temperature=temperature, top_k=top_k, generator=gen
+        torch.tensor([ids], device=device),
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        generator=gen,
     )
     return tk.decode(tok, out[0].tolist())
