@@ -142,3 +142,17 @@ def test_plot_runs(run_dir, capsys, tmp_path):
     assert code == 2 and "no log.jsonl" in err
     code, _, err = run(capsys, "plot", run_dir, "-o", tmp_path / "c.gif")
     assert code == 2 and "--output: expected a file name ending in .png" in err
+
+
+def test_evaluate_data_warns_about_training_pairs(run_dir, capsys, tmp_path):
+    import json
+
+    trained = [json.loads(s) for s in (run_dir / "best" / "train_sample.jsonl").open()][:2]
+    held = [json.loads(s) for s in (run_dir / "best" / "heldout.jsonl").open()][:1]
+    data = tmp_path / "mixed.tsv"
+    rows = [*trained, *held, trained[0]]  # a repeated source: scored once, all its references
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in rows), encoding="utf-8")
+    code, out, err = run(capsys, "evaluate", "--ckpt", run_dir, "--data", data)
+    assert code == 0, err
+    assert f"warning: 3 of the 4 examples of {data} are also in the training data" in err
+    assert "3 distinct sources, each decoded once" in out
