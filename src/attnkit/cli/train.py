@@ -207,7 +207,8 @@ def run(ns: argparse.Namespace) -> int:
                 steps = given.setdefault("max_steps", DEFAULT_STEPS)
                 print(
                     "no --task given: training the built-in copy task (vocabulary "
-                    f"{given.get('vocab', 10)}, length {given.get('length', 10)}, "
+                    f"{given.get('vocab', 10)}, length {given.get('length', 10)}, shortest "
+                    f"{given.get('min_length', max(1, given.get('length', 10) // 2))}, "
                     f"{given.get('train_size', 20000)} generated training sequences, "
                     f"{given.get('valid_size', 200)} held out) for at most {steps} steps"
                 )
