@@ -104,6 +104,20 @@ def test_early_stop_follows_the_rule(tmp_path, tiny):
     assert last.name == f"step-{expected:08d}"
 
 
+def test_best_by_bleu(tmp_path, tiny):
+    out = tmp_path / "bleu"
+    cfg = TrainConfig(**{**tiny, "eval_every": 3}, max_steps=12, best_metric="bleu")
+    train(cfg, out, echo=quiet)
+    evals = [r for r in rows(out) if "val_bleu" in r]
+    assert len(evals) == 4
+    want = max(evals, key=lambda r: r["val_bleu"])  # the first of equal maxima
+    record = json.loads((out / "best" / "best.json").read_text())
+    assert record["metric"] == "bleu" and record["step"] == want["step"]
+    assert record["value"] == want["val_bleu"]
+    with pytest.raises(ValueError, match="best_metric: BLEU needs an encoder-decoder task"):
+        TrainConfig(task="lm", data="x.txt", best_metric="bleu").resolved()
+
+
 def test_untrusted_config_refused_before_building(tmp_path, tiny, capsys):
     ckpt = train(TrainConfig(**tiny, max_steps=2), tmp_path / "r", echo=quiet)
 
