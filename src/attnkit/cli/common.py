@@ -15,6 +15,8 @@ from attnkit.terminal import printable
 
 __all__ = [
     "PROG",
+    "add_device",
+    "on_device",
     "ArgumentParser",
     "UsageError",
     "console",
@@ -106,3 +108,25 @@ def int_in(name: str, low: int, high: int | None = None):
 
     parse.__name__ = name
     return parse
+
+
+def add_device(p: argparse.ArgumentParser) -> None:
+    """The ``--device cpu|cuda|mps`` option of the verbs that run a model."""
+    p.add_argument(
+        "--device",
+        default="cpu",
+        metavar="DEVICE",
+        help="cpu (default), cuda, cuda:N or mps; an error when this machine has no such device",
+    )
+
+
+@contextlib.contextmanager
+def on_device(name: str) -> Iterator[None]:
+    """Check ``--device`` (UsageError naming it when absent), then run the block with that
+    device as torch's default (:mod:`attnkit.train.device`)."""
+    from attnkit.train.device import resolve, use_device
+
+    with option_names({"device": "--device"}):
+        device = resolve(name)
+    with use_device(device):
+        yield

@@ -1,15 +1,16 @@
 """``attnkit evaluate``: score a checkpoint on its held-out split (or a file): exact match for
-the synthetic tasks, BLEU and chrF (sacrebleu) for translate, perplexity for lm."""
+the synthetic tasks, BLEU, chrF and TER (sacrebleu, all references of a source) for translate,
+perplexity for lm."""
 
 from __future__ import annotations
 
 import argparse
 
-from attnkit.cli.common import UsageError, one_line, option_names
+from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
 
 NAME = "evaluate"
 EXAMPLES = """\
-  evaluate  score a checkpoint: exact match, BLEU/chrF (sacrebleu) or perplexity
+  evaluate  score a checkpoint: exact match, BLEU/chrF/TER (sacrebleu) or perplexity
               attnkit evaluate --ckpt runs/copy
               attnkit evaluate --ckpt runs/fra --split train --n 200 --beam 4
 """
@@ -17,7 +18,7 @@ EXAMPLES = """\
 EPILOG = """\
 examples:
   attnkit evaluate --ckpt runs/copy                  exact match on the held-out split
-  attnkit evaluate --ckpt runs/fra --beam 4          BLEU and chrF on the held-out split
+  attnkit evaluate --ckpt runs/fra --beam 4          BLEU, chrF, TER on the held-out split
   attnkit evaluate --ckpt runs/fra --split train     ... on 200 training pairs
   attnkit evaluate --ckpt runs/lm                    perplexity of the held-out lines
   attnkit evaluate --ckpt runs/fra --data other.tsv --n 500
@@ -33,12 +34,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="score a checkpoint (exact match, BLEU/chrF, perplexity)",
         description="Score a checkpoint on the held-out split saved with it (default), on the "
         "sample of training data saved with it (--split train), or on a data file (--data). "
-        "BLEU and chrF come from sacrebleu on detokenized text (default 13a tokenizer); its "
-        "signatures are printed.",
+        "BLEU, chrF and TER come from sacrebleu on detokenized text (default 13a tokenizer), "
+        "each distinct source decoded once and scored against all its references; the "
+        "signatures are printed (nrefs:var when the number of references varies). With --data, "
+        "a warning says how many examples the run was trained on.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
+    add_device(p)
     p.add_argument("--data", metavar="FILE", help="evaluate on this file instead")
     p.add_argument("--split", choices=("heldout", "train"), default="heldout")
     p.add_argument("--n", type=int, default=None, help="first N examples only")
@@ -67,6 +71,12 @@ def _examples(loaded, ns):
 
 
 def run(ns: argparse.Namespace) -> int:
+    """Check --device, then run the verb there; 0 on success."""
+    with on_device(ns.device):
+        return _run(ns)
+
+
+def _run(ns: argparse.Namespace) -> int:
     """Evaluate; 0 on success."""
     from attnkit.train import metrics, session
 
@@ -75,13 +85,12 @@ def run(ns: argparse.Namespace) -> int:
     if ns.beam < 1:  # checked before the checkpoint is loaded
         raise UsageError(f"--beam: expected a positive int, got {ns.beam}")
     with option_names({"beam_size": "--beam", "length_penalty": "--length-penalty"}):
-        loaded = session.load(ns.ckpt)
+        loaded = session.load(ns.ckpt, best=True)
         items, source = _examples(loaded, ns)
+        if ns.data is not None:
+            _warn_overlap(loaded, items, ns.data)
         task = loaded.train_config.task
-        print(
-            f"checkpoint {loaded.path} (task {task}, step {loaded.step}); {len(items)} "
-            f"examples from {source}"
-        )
+        print(f"checkpoint {loaded.describe()}, task {task}; {len(items)} examples from {source}")
         if task == "lm":
             c = loaded.train_config
             ppl = metrics.perplexity(
@@ -89,22 +98,43 @@ def run(ns: argparse.Namespace) -> int:
             )
             print(f"perplexity={ppl:.4f}")
             return 0
-        hyps = metrics.translate(
-            loaded.model, loaded.tokenizer, [s for s, _ in items], ns.beam, ns.length_penalty
-        )
-        refs = [t for _, t in items]
-        how = "greedy" if ns.beam == 1 else f"beam {ns.beam}, length penalty {ns.length_penalty}"
-        for (s, t), h in list(zip(items, hyps))[:3]:
-            print(f"  {one_line(s)!s} -> {one_line(h)!s}   (reference: {one_line(t)!s})")
-        if task == "translate":
-            sc = metrics.bleu_chrf(hyps, refs)
-            print(f"BLEU {sc.bleu:.2f}  ({sc.bleu_signature})")
-            print(f"chrF {sc.chrf:.2f}  ({sc.chrf_signature})")
-            print(f"decoding: {how}")
-            print(f"chrf={sc.chrf:.2f}")
-            print(f"bleu={sc.bleu:.2f}")
-            return 0
-        em = metrics.exact_match(hyps, refs)
-        print(f"exact match ({how}): {round(em * len(refs))}/{len(refs)}")
-        print(f"exact_match={em:.4f}")
+        return _seq2seq(loaded, items, ns)
+
+
+def _warn_overlap(loaded, items: list, name: str) -> None:
+    """Warn (stderr) when ``items`` share examples with the run's training data."""
+    import sys
+
+    from attnkit.train.overlap import training_overlap
+
+    held, sample = loaded.jsonl("heldout.jsonl"), loaded.jsonl("train_sample.jsonl")
+    warning = training_overlap(loaded.train_config, held, sample, items).warning(name)
+    if warning:
+        print(one_line(warning), file=sys.stderr)
+
+
+def _seq2seq(loaded, items: list, ns: argparse.Namespace) -> int:
+    """Exact match or BLEU/chrF/TER: each distinct source decoded once and scored against all
+    its references (:mod:`attnkit.train.scoring`)."""
+    from attnkit.train import metrics
+    from attnkit.train.scoring import corpus_scores, group_references
+
+    groups = group_references(items)
+    hyps = metrics.translate(
+        loaded.model, loaded.tokenizer, list(groups.sources), ns.beam, ns.length_penalty
+    )
+    how = "greedy" if ns.beam == 1 else f"beam {ns.beam}, length penalty {ns.length_penalty}"
+    print(f"{len(groups.sources)} distinct sources, each decoded once ({how})")
+    for s, refs, h in list(zip(groups.sources, groups.references, hyps))[:3]:
+        print(f"  {one_line(s)!s} -> {one_line(h)!s}   (reference: {one_line(refs[0])!s})")
+    if loaded.train_config.task == "translate":
+        scores = corpus_scores(hyps, groups.streams())
+        for sc in scores.all():
+            print(sc.line())
+        for sc in (scores.chrf, scores.ter, scores.bleu):
+            print(f"{sc.name.lower()}={sc.score:.2f}")
+        return 0
+    em = metrics.exact_match(hyps, list(groups.references))
+    print(f"exact match ({how}): {round(em * len(hyps))}/{len(hyps)}")
+    print(f"exact_match={em:.4f}")
     return 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from attnkit.cli.common import UsageError, one_line, option_names
+from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
 
 NAME = "generate"
 EXAMPLES = """\
@@ -32,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
+    add_device(p)
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to add (20)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -40,15 +42,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
+    """Check --device, then run the verb there; 0 on success."""
+    with on_device(ns.device):
+        return _run(ns)
+
+
+def _run(ns: argparse.Namespace) -> int:
     """Generate; 0 on success."""
     from attnkit.train import metrics, session
 
-    loaded = session.load(ns.ckpt)
+    loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":
         raise UsageError(
             f"generate: {loaded.path} is an encoder-decoder (task "
             f'{loaded.train_config.task}); use attnkit translate --ckpt {ns.ckpt} "..."'
         )
+    print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     names = {
         "max_new_tokens": "--max-new-tokens",
         "temperature": "--temperature",

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, option_names
+from attnkit.cli.common import UsageError, add_device, on_device, option_names
 
 NAME = "train"
 EXAMPLES = """\
@@ -41,9 +42,18 @@ examples:
 --data for translate: a UTF-8 text file, one sentence pair per line, source TAB target (e.g.
 eng-fra.tsv: "I'm cold.<TAB>J'ai froid."); for lm: plain UTF-8 text.
 
-The run directory (--out) receives log.jsonl (one JSON line per logging step and evaluation)
-and checkpoints step-NNNNNNNN/ (model.safetensors, config.json, tokenizer.json, optimiser and
-RNG state, the held-out split); the last --keep are kept. An existing non-empty --out is never
+On a terminal a progress bar shows step/total, loss and the last held-out loss; elsewhere (a
+pipe, nohup, CI) one plain line every --log-every steps and one per evaluation. Ctrl-C (or
+SIGTERM) finishes the current step, writes a checkpoint and prints the command that resumes
+it; a second Ctrl-C stops at once. --max-steps is a total; --max-minutes is the budget of this
+invocation (on --resume: extra time).
+
+The run directory (--out) receives log.jsonl (one JSON line per logging step and evaluation),
+metrics.csv (the same numbers as columns; plot them with attnkit plot RUN), best/ (the
+checkpoint of the best evaluation: lowest held-out loss, or BLEU with --best-metric bleu;
+evaluate, translate and generate load it) and checkpoints step-NNNNNNNN/ (model.safetensors,
+config.json, tokenizer.json, optimiser and RNG state, the held-out split); the last --keep are
+kept. An existing non-empty --out is never
 overwritten (except by --resume of a checkpoint inside it).
 """
 
@@ -53,7 +63,7 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     "--seed": ("seed", dict(type=int, help="seed of data, split, weights, dropout (0)")),
     "--vocab": ("vocab", dict(type=int, help="synthetic tasks: symbols (10)")),
     "--length": ("length", dict(type=int, help="synthetic tasks: longest sequence (10)")),
-    "--min-length": ("min_length", dict(type=int, help="synthetic: shortest (= --length)")),
+    "--min-length": ("min_length", dict(type=int, help="synthetic: shortest (--length // 2)")),
     "--train-size": ("train_size", dict(type=int, help="synthetic: training examples (20000)")),
     "--valid-size": ("valid_size", dict(type=int, help="synthetic: held-out examples (200)")),
     "--valid-fraction": ("valid_fraction", dict(type=float, help="files: held out (0.05)")),
@@ -71,8 +81,11 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     "--weight-decay": ("weight_decay", dict(type=float, help="AdamW weight decay (0)")),
     "--label-smoothing": ("label_smoothing", dict(type=float, help="(0.1)")),
     "--clip": ("clip", dict(type=float, help="gradient-norm clipping, 0 = off (1.0)")),
-    "--max-steps": ("max_steps", dict(type=int, help="stop after N optimiser steps")),
-    "--max-minutes": ("max_minutes", dict(type=float, help="stop after M minutes")),
+    "--max-steps": ("max_steps", dict(type=int, help="stop at step N (a total, also on --resume)")),
+    "--max-minutes": (
+        "max_minutes",
+        dict(type=float, help="stop after M minutes of this invocation (on --resume: extra time)"),
+    ),
     "--log-every": ("log_every", dict(type=int, help="steps between log lines (10)")),
     "--eval-every": ("eval_every", dict(type=int, help="steps between evaluations (200)")),
     "--save-every": ("save_every", dict(type=int, help="steps between checkpoints (200)")),
@@ -113,6 +126,15 @@ OPTIONS: dict[str, tuple[str, dict]] = {
         "dist_timeout",
         dict(type=float, metavar="S", help="torchrun: seconds to wait for another process (300)"),
     ),
+    # issue 21: best/ and early stopping
+    "--best-metric": (
+        "best_metric",
+        dict(choices=("loss", "bleu"), help="what makes RUN/best: held-out loss (default) or BLEU"),
+    ),
+    "--early-stop": (
+        "early_stop",
+        dict(type=int, help="stop after N evaluations without improvement of --best-metric"),
+    ),
 }
 NAMES = {field: opt for opt, (field, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
 
@@ -134,7 +156,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", choices=("copy", "reverse", "sort", "lm", "translate"))
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/TASK[-N])")
     p.add_argument("--resume", metavar="DIR", help="checkpoint or run directory to continue")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (on a terminal) and no plain progress lines (elsewhere)",
+    )
+    add_device(p)
+    p.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write TensorBoard event files to RUN/tensorboard (pip install "
+        "'attnkit[tensorboard]')",
+    )
     from attnkit.train.config import TASK_DEFAULTS
 
     for opt, (field, kw) in OPTIONS.items():
@@ -161,7 +194,7 @@ def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
     from attnkit.train.config import TrainConfig
     from attnkit.train.session import read_train_config
-    from attnkit.train.trainer import train
+    from attnkit.train.trainer import TrainingInterrupted, train
 
     given = {f: getattr(ns, o[2:].replace("-", "_")) for o, (f, _) in OPTIONS.items()}
     given = {k: v for k, v in given.items() if v is not None}
@@ -177,7 +210,8 @@ def run(ns: argparse.Namespace) -> int:
                 steps = given.setdefault("max_steps", DEFAULT_STEPS)
                 print(
                     "no --task given: training the built-in copy task (vocabulary "
-                    f"{given.get('vocab', 10)}, length {given.get('length', 10)}, "
+                    f"{given.get('vocab', 10)}, length {given.get('length', 10)}, shortest "
+                    f"{given.get('min_length', max(1, given.get('length', 10) // 2))}, "
                     f"{given.get('train_size', 20000)} generated training sequences, "
                     f"{given.get('valid_size', 200)} held out) for at most {steps} steps"
                 )
@@ -189,12 +223,13 @@ def run(ns: argparse.Namespace) -> int:
             config = dataclasses.replace(base, **given)
         except TypeError as e:  # pragma: no cover - OPTIONS mirror the dataclass
             raise UsageError(str(e)) from None
-        train(
-            config,
-            out,
-            resume=ns.resume,
-            progress=not ns.no_progress and sys.stderr.isatty(),
-        )
+        mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
+        try:
+            with on_device(ns.device):
+                train(config, out, resume=ns.resume, progress=mode, tensorboard=ns.tensorboard)
+        except TrainingInterrupted as e:
+            print(e, file=sys.stderr)
+            return 130
     from attnkit.train.distributed import is_main_process
 
     if not is_main_process():  # under torchrun only rank 0 writes and reports
@@ -204,15 +239,12 @@ def run(ns: argparse.Namespace) -> int:
     if config.task == "lm":
         print(f'generate: attnkit generate --ckpt {out} --prompt "humpty dumpty sat on"')
     else:
-        hint = '"How are you?"' if config.task == "translate" else '"3 1 4 1 5"'
-        print(f"decode:   attnkit translate --ckpt {out} {hint}")
+        print(f"decode:   attnkit translate --ckpt {out} {_trained_example(out)}")
     return 0
 
 
 def _summary(log: Path) -> None:
     """Print the last evaluation of the run (held-out loss and exact match / perplexity)."""
-    import json
-
     rows = [json.loads(s) for s in log.read_text().splitlines() if '"val_loss"' in s]
     if rows:
         r = rows[-1]
@@ -228,3 +260,14 @@ def _run_dir_of(resume: str) -> Path:
     from attnkit.train.checkpoint import find_checkpoint
 
     return find_checkpoint(resume).parent
+
+
+def _trained_example(out: Path) -> str:
+    """A source sentence the model of run ``out`` was trained on, quoted for a shell."""
+    import shlex
+
+    from attnkit.train.checkpoint import find_checkpoint
+
+    sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
+    first_line = sample.read_text(encoding="utf-8").splitlines()[0]
+    return shlex.quote(json.loads(first_line)[0])

@@ -1,11 +1,14 @@
 """``attnkit translate``: decode sentences with a trained encoder-decoder checkpoint (greedy
-or beam search with the KV cache)."""
+or beam search with the KV cache): from arguments, a file or stdin, in batches, to stdout or a
+file, optionally as an n-best list."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line, option_names
+from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
 
 NAME = "translate"
 EXAMPLES = """\
@@ -17,8 +20,19 @@ EPILOG = """\
 examples:
   attnkit translate --ckpt runs/fra "I am tired."
   attnkit translate --ckpt runs/fra "How are you?" "Go away." --beam 4 --length-penalty 0.6
+  attnkit translate --ckpt runs/fra --input test.en --output test.hyp.fr --batch-size 32
+  echo "I am cold." | attnkit translate --ckpt runs/fra          (no SENTENCE, or -: stdin)
+  attnkit translate --ckpt runs/fra --input test.en --beam 5 --n-best 3 --output nbest.tsv
   attnkit translate --ckpt runs/copy "3 1 4 1 5 9 2 6 5 3"
   attnkit translate --ckpt runs/fra "I am tired." --view fra.html   (cross-attention as HTML)
+
+Output: one hypothesis per input line, in input order (an empty input line gives an empty
+line). With --n-best K, K lines per input (fewer when the beam finished fewer hypotheses), as
+tab-separated values: LINE (1-based input line) TAB RANK (1 = best) TAB SCORE (sum of token
+log-probabilities / length ** --length-penalty) TAB HYPOTHESIS.
+Given a run directory, the run's best checkpoint (best/) is used when it exists, else its last;
+stderr says which. Input words outside the vocabulary are decoded as [UNK]: a warning counts
+them (--strict makes that an error).
 """
 
 
@@ -27,14 +41,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         NAME,
         help="decode sentences with a trained encoder-decoder checkpoint",
-        description="Translate (or copy/reverse/sort) each SENTENCE with a checkpoint of "
-        "'attnkit train'; one output line per sentence.",
+        description="Translate (or copy/reverse/sort) each SENTENCE, each line of --input FILE, "
+        "or each line of standard input (no SENTENCE, or -) with a checkpoint of 'attnkit "
+        "train'; one output line per input line, on stdout or in --output FILE.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("sentences", nargs="+", metavar="SENTENCE")
+    p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences (- = stdin)")
     p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
+    add_device(p)
+    p.add_argument("--input", metavar="FILE", help="one sentence per line (UTF-8)")
+    p.add_argument("--output", metavar="FILE", help="write the outputs here (default: stdout)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (64)")
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--n-best", type=int, default=None, metavar="K", help="K best (with --beam)")
     p.add_argument(
         "--length-penalty",
         type=float,
@@ -42,6 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="score = log p / length ** PENALTY (beam search)",
     )
     p.add_argument("--max-len", type=int, default=None, help="longest output in tokens")
+    p.add_argument("--strict", action="store_true", help="unknown input words are an error")
     p.add_argument(
         "--view",
         metavar="FILE.html",
@@ -50,38 +71,138 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def run(ns: argparse.Namespace) -> int:
-    """Decode; 0 on success."""
-    from attnkit.train import metrics, session
-
-    if ns.beam < 1:
-        raise UsageError(f"--beam: expected a positive int, got {ns.beam}")
-    if ns.max_len is not None and ns.max_len < 1:
-        raise UsageError(f"--max-len: expected a positive int, got {ns.max_len}")
-    loaded = session.load(ns.ckpt)
-    if loaded.kind != "seq2seq":
+def _check(ns: argparse.Namespace) -> None:
+    """Every option checked before the checkpoint is read."""
+    for name in ("beam", "batch_size", "max_len", "n_best"):
+        value = getattr(ns, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: expected a positive int, got {value}")
+    if ns.n_best is not None and ns.n_best > ns.beam:
         raise UsageError(
-            f"translate: {loaded.path} is a language model (task lm); use "
-            f'attnkit generate --ckpt {ns.ckpt} --prompt "..."'
+            f"--n-best: expected at most --beam ({ns.beam}) hypotheses, got {ns.n_best}; use "
+            f"--beam {ns.n_best} or more"
         )
+    if ns.input is not None and ns.sentences:
+        raise UsageError("--input: give either SENTENCE arguments or --input FILE, not both")
+    if ns.sentences.count("-") and len(ns.sentences) > 1:
+        raise UsageError("translate: '-' (standard input) must be the only SENTENCE")
     for s in ns.sentences:
         if not s.strip():
             raise UsageError("translate: a SENTENCE is empty")
     if ns.view is not None:
         from attnkit.viz.weights import check_output_path
 
-        if len(ns.sentences) != 1:
+        if ns.n_best is not None:
+            raise UsageError("--view: shows one translation; leave out --n-best")
+        if len(ns.sentences) != 1 or ns.sentences == ["-"]:
             raise UsageError(f"--view: expected one SENTENCE, got {len(ns.sentences)}")
         check_output_path("--view", ns.view, (".html", ".htm"))
-    with option_names({"length_penalty": "--length-penalty", "max_len": "--max-len"}):
-        outs = metrics.translate(
-            loaded.model, loaded.tokenizer, ns.sentences, ns.beam, ns.length_penalty, ns.max_len
+    if ns.output is not None:
+        out = Path(ns.output)
+        if out.is_dir() or not out.parent.is_dir():
+            raise UsageError(f"--output: {ns.output} is a directory or in a missing directory")
+
+
+def _inputs(ns: argparse.Namespace) -> list[str]:
+    from attnkit.train.data import DataError, read_lines
+
+    if ns.input is not None:
+        try:
+            return [s.strip() for s in read_lines(ns.input)]
+        except DataError as e:
+            raise UsageError(f"--input: {e}") from None
+    if ns.sentences and ns.sentences != ["-"]:
+        return ns.sentences
+    if sys.stdin.isatty():
+        print("reading sentences from standard input, one per line (Ctrl-D ends)", file=sys.stderr)
+    return [s.strip() for s in sys.stdin.read().splitlines()]
+
+
+def _check_vocabulary(tok, lines: list[str], strict: bool) -> None:
+    from attnkit.train.tokenizer import unknown_words
+
+    unknown = [w for s in lines for w in unknown_words(tok, s)]
+    if not unknown:
+        return
+    shown = ", ".join(repr(w) for w in list(dict.fromkeys(unknown))[:5])
+    msg = f"{len(unknown)} input word(s) are not in the model's vocabulary (first: {shown})"
+    if strict:
+        raise UsageError(f"--strict: {msg}")
+    print(one_line(f"warning: {msg}; they are decoded as [UNK]"), file=sys.stderr)
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Check --device, then run the verb there; 0 on success."""
+    with on_device(ns.device):
+        return _run(ns)
+
+
+def _run(ns: argparse.Namespace) -> int:
+    """Decode; 0 on success."""
+    from attnkit.train import metrics, session
+
+    _check(ns)
+    lines = _inputs(ns)  # a missing --input is reported before the checkpoint is read
+    loaded = session.load(ns.ckpt, best=True)
+    if loaded.kind != "seq2seq":
+        raise UsageError(
+            f"translate: {loaded.path} is a language model (task lm); use "
+            f'attnkit generate --ckpt {ns.ckpt} --prompt "..."'
         )
-    for o in outs:
-        print(one_line(o))
+    print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
+    _check_vocabulary(loaded.tokenizer, lines, ns.strict)
+    todo = [s for s in lines if s]
+    names = {"length_penalty": "--length-penalty", "max_len": "--max-len", "n_best": "--n-best"}
+    with option_names(names):
+        if ns.n_best is None:
+            outs = iter(
+                metrics.translate(
+                    loaded.model,
+                    loaded.tokenizer,
+                    todo,
+                    ns.beam,
+                    ns.length_penalty,
+                    ns.max_len,
+                    ns.batch_size,
+                )
+            )
+            text = [one_line(next(outs)) if s else "" for s in lines]
+        else:
+            best = iter(
+                metrics.translate_nbest(
+                    loaded.model,
+                    loaded.tokenizer,
+                    todo,
+                    ns.beam,
+                    ns.n_best,
+                    ns.length_penalty,
+                    ns.max_len,
+                    ns.batch_size,
+                )
+            )
+            text = [
+                f"{n}\t{rank}\t{score:.4f}\t{one_line(h)}"
+                for n, s in enumerate(lines, start=1)
+                if s
+                for rank, (h, score) in enumerate(next(best), start=1)
+            ]
+    _emit(text, ns.output)
     if ns.view is not None:
-        _write_view(loaded, ns.sentences[0], outs[0], ns.view)
+        _write_view(loaded, lines[0], text[0], ns.view)
     return 0
+
+
+def _emit(text: list[str], output: str | None) -> None:
+    """The output lines on stdout, or written atomically to ``output``."""
+    if output is None:
+        for line in text:
+            print(line)
+        return
+    from attnkit.viz.weights import write_atomic
+
+    data = "".join(line + "\n" for line in text).encode("utf-8")
+    write_atomic(Path(output), lambda f: f.write(data))
+    print(f"wrote {len(text)} line(s) to {one_line(output)}", file=sys.stderr)
 
 
 def _write_view(loaded, source: str, output: str, path: str) -> None:

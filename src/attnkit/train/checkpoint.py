@@ -12,6 +12,10 @@ checkpoint holds:
 - ``heldout.jsonl``, ``train_sample.jsonl``  the held-out split and a sample of training data
 - ``manifest.json``       SHA-256 of every file above, written last
 
+``best/`` beside them is the checkpoint of the best evaluation so far (lowest held-out loss, or
+highest BLEU with ``--best-metric bleu``), with ``best.json`` saying which metric, value and
+step; commands that read a run directory load it when it exists (:func:`find_checkpoint`).
+
 Writing: every file goes into a temporary directory beside the target (``.tmp-...``), is
 fsynced, then the directory is renamed to ``step-NNNNNNNN`` and the parent fsynced; only then
 are older checkpoints (beyond ``keep``) removed. A process killed at any moment therefore leaves
@@ -28,17 +32,21 @@ import shutil
 from pathlib import Path
 
 __all__ = [
+    "BEST",
     "FORMAT",
     "CheckpointError",
     "find_checkpoint",
     "list_checkpoints",
     "read_json",
     "verify",
+    "write_best",
     "write_checkpoint",
 ]
 
 FORMAT = "attnkit-checkpoint/1"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
+BEST = "best"
+"""The run's best checkpoint so far (by held-out loss, or BLEU): a checkpoint like the others."""
 
 
 class CheckpointError(ValueError):
@@ -86,35 +94,52 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
-def write_checkpoint(run_dir: Path, step: int, files: dict[str, bytes], keep: int) -> Path:
-    """Write ``files`` (name -> content) as checkpoint ``run_dir/step-<step>`` atomically and
-    keep the last ``keep`` checkpoints. Returns the checkpoint's path."""
+def _write_dir(run_dir: Path, name: str, files: dict[str, bytes]) -> Path:
+    """Write ``files`` (name -> content) as the directory ``run_dir/name`` atomically (a
+    temporary directory renamed into place; an existing one is moved away first)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in run_dir.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     for stale in run_dir.glob(".trash-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    final = run_dir / f"step-{step:08d}"
+    final = run_dir / name
     tmp = run_dir / f".tmp-{final.name}-{os.getpid()}"
     tmp.mkdir()
     manifest = {"format": FORMAT, "files": {}}
-    for name, data in files.items():
-        _write_bytes(tmp / name, data)
-        manifest["files"][name] = hashlib.sha256(data).hexdigest()
+    for fname, data in files.items():
+        _write_bytes(tmp / fname, data)
+        manifest["files"][fname] = hashlib.sha256(data).hexdigest()
     _write_bytes(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
     _fsync_dir(tmp)
     if final.exists():
         _remove(final, run_dir)
     os.rename(tmp, final)
     _fsync_dir(run_dir)
+    return final
+
+
+def write_checkpoint(run_dir: Path, step: int, files: dict[str, bytes], keep: int) -> Path:
+    """Write ``files`` (name -> content) as checkpoint ``run_dir/step-<step>`` atomically and
+    keep the last ``keep`` checkpoints. Returns the checkpoint's path."""
+    final = _write_dir(run_dir, f"step-{step:08d}", files)
     for old in list_checkpoints(run_dir)[:-keep]:
         _remove(old, run_dir)
     return final
 
 
-def find_checkpoint(path: str | Path) -> Path:
-    """The checkpoint at ``path``: the directory itself when it is one, else the latest complete
-    checkpoint of a run directory. CheckpointError naming the path otherwise."""
+def write_best(run_dir: Path, files: dict[str, bytes]) -> Path:
+    """Write ``files`` as ``run_dir/best`` (replacing the previous best atomically: a process
+    killed in between leaves either the old or the new one, or none, never a partial one)."""
+    return _write_dir(run_dir, BEST, files)
+
+
+def find_checkpoint(path: str | Path, *, best: bool = False) -> Path:
+    """The checkpoint at ``path``: the directory itself when it is one; for a run directory,
+    its ``best/`` checkpoint when ``best`` and it exists, else its latest complete step-*
+    checkpoint. CheckpointError naming the path otherwise.
+
+    The rule of every command that reads a run: ``generate``, ``evaluate``, ``translate`` and
+    ``export`` pass ``best=True``; ``train --resume`` continues from the last checkpoint."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint or run directory")
@@ -125,6 +150,8 @@ def find_checkpoint(path: str | Path) -> Path:
         )
     if (path / "manifest.json").exists():
         return path
+    if best and (path / BEST / "manifest.json").is_file():
+        return path / BEST
     found = list_checkpoints(path)
     if not found:
         raise CheckpointError(

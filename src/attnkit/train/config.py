@@ -28,6 +28,7 @@ TASKS = ("copy", "reverse", "sort", "lm", "translate")
 RUN_FIELDS = frozenset(
     {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
 ) | {"accumulate", "dist_timeout"}  # accumulate: the trainer checks processes x accumulate
+RUN_FIELDS |= {"best_metric", "early_stop"}  # issue 21: best/ and early stopping
 
 _SYNTHETIC = dict(
     tokenizer="word",
@@ -75,7 +76,7 @@ class TrainConfig:
 
     Data: ``task``; ``data`` (file, needed by lm and translate); ``seed`` (data, split, weights,
     dropout); synthetic ``vocab`` symbols and lengths ``min_length..length`` (min_length None =
-    length), ``train_size`` examples; held-out ``valid_size`` examples (synthetic) or
+    length // 2), ``train_size`` examples; held-out ``valid_size`` examples (synthetic) or
     ``valid_fraction`` of the lines (files); ``block_size`` tokens per lm example.
     Tokeniser: ``tokenizer`` (word, char, bpe), ``vocab_size`` (bpe).
     Model: ``d_model``, ``nhead``, ``layers`` (per stack), ``dim_feedforward``, ``dropout``.
@@ -91,13 +92,17 @@ class TrainConfig:
     ``checkpoint`` (lm): recompute each layer's sub-blocks in the backward pass instead of
     keeping their activations, and compute the loss a chunk of positions at a time (same
     losses, less memory).
-    Run: ``max_steps``, ``max_minutes`` (None = no limit; at least one must be set), logging,
-    evaluation and checkpoint intervals in steps, ``keep`` last checkpoints, torch ``threads``
-    (None = torch's default).
+    Run: ``max_steps`` (a total: a resumed run stops at that step), ``max_minutes`` (this
+    invocation's budget: on resume, extra time) (None = no limit; at least one must be set),
+    logging, evaluation and checkpoint intervals in steps, ``keep`` last checkpoints, torch
+    ``threads`` (None = torch's default).
     Several processes (torchrun, :mod:`attnkit.train.distributed`): each optimiser step
     accumulates gradients over ``accumulate`` micro-batches of ``batch_size`` per process, so a
     step sees processes x accumulate x batch_size sequences; ``dist_timeout`` seconds bound
     every wait for another process.
+    Best checkpoint: ``best_metric`` ("loss": lowest held-out loss; "bleu": highest held-out
+    BLEU, encoder-decoder tasks) decides ``best/``; ``early_stop`` N stops after N evaluations
+    in a row without improvement (None = never).
     """
 
     task: str = "copy"
@@ -136,6 +141,9 @@ class TrainConfig:
     accumulate: int = 1
     dist_timeout: float = 300.0
     checkpoint: bool = False
+    # issue 21: which evaluation is best (best/), early stopping
+    best_metric: str = "loss"
+    early_stop: int | None = None
 
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
@@ -144,8 +152,8 @@ class TrainConfig:
         for k, v in TASK_DEFAULTS[c.task].items():
             if getattr(c, k) is None:
                 setattr(c, k, v)
-        if c.min_length is None:
-            c.min_length = c.length
+        if c.min_length is None:  # variable lengths: decoding shorter inputs stays in range
+            c.min_length = max(1, c.length // 2)
         if c.max_len is not None and positive_int("max_len", c.max_len) and c.task == "lm":
             c.block_size = c.max_len  # one length for lm windows and packed rows
         if c.pack is True and c.max_len is None and c.task == "lm":
@@ -208,6 +216,11 @@ class TrainConfig:
                 f"checkpoint: activation checkpointing is for the lm task, got task {self.task!r}"
             )
         positive_float("dist_timeout", self.dist_timeout)
+        choice("best_metric", self.best_metric, ("loss", "bleu"))
+        if self.best_metric == "bleu" and self.task == "lm":
+            raise ValueError("best_metric: BLEU needs an encoder-decoder task, got task 'lm'")
+        if self.early_stop is not None:
+            positive_int("early_stop", self.early_stop)
         if self.task in ("lm", "translate") and self.data is None:
             raise ValueError(f"data: the {self.task} task needs a data file (--data FILE)")
 

@@ -1,12 +1,12 @@
-"""Evaluation: held-out loss, exact match (synthetic tasks), BLEU and chrF (sacrebleu, on
-detokenized text with its default 13a tokenizer), perplexity (lm); and the decoding helpers
-``translate`` and ``continue_text`` the CLI uses.
+"""Evaluation: held-out loss, exact match (synthetic tasks), perplexity (lm); and the decoding
+helpers ``translate`` and ``continue_text`` the CLI uses. BLEU, chrF and TER are in
+:mod:`attnkit.train.scoring`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 from tokenizers import Tokenizer
@@ -18,13 +18,12 @@ from attnkit.train.packing import PackSpec
 from attnkit.train.tasks import lm_sequences, lm_stream, lm_windows, seq2seq_example
 
 __all__ = [
-    "Scores",
-    "bleu_chrf",
     "continue_text",
     "exact_match",
     "heldout_loss",
     "perplexity",
     "translate",
+    "translate_nbest",
 ]
 
 
@@ -69,31 +68,50 @@ def translate(
     return out
 
 
-def exact_match(hyps: list[str], refs: list[str]) -> float:
-    """Fraction of outputs equal to their reference (after stripping spaces at both ends)."""
+@torch.no_grad()
+def translate_nbest(
+    model,
+    tok: Tokenizer,
+    sources: list[str],
+    beam: int,
+    n_best: int,
+    length_penalty: float = 0.0,
+    max_len: int | None = None,
+    batch_size: int = 64,
+) -> list[list[tuple[str, float]]]:
+    """The ``n_best`` best beam-search hypotheses of each source, best first, as (detokenized
+    text, score = sum of log-probabilities / length ** ``length_penalty``); fewer when the beam
+    holds fewer finished hypotheses. ValueError when ``n_best`` exceeds ``beam``."""
+    if not 1 <= n_best <= beam:
+        raise ValueError(f"n_best: expected an int in [1, beam={beam}], got {n_best}")
+    out = []
+    for i in range(0, len(sources), batch_size):
+        chunk = [seq2seq_example(tok, s, "")[0] for s in sources[i : i + batch_size]]
+        src = pad(chunk)
+        limit = max_len or 2 * src.shape[1] + 10
+        ids, scores = model.beam_search(
+            src, beam, limit, length_penalty=length_penalty, return_all=True
+        )
+        for rows, row_scores in zip(ids, scores):  # (K, T), (K,)
+            hyps = [
+                (tk.decode(tok, r.tolist()), float(sc))
+                for r, sc in zip(rows, row_scores)
+                if math.isfinite(float(sc))
+            ]
+            out.append(hyps[:n_best])
+    return out
+
+
+def exact_match(hyps: list[str], refs: Sequence[str | Sequence[str]]) -> float:
+    """Fraction of outputs equal to their reference, or to one of their references when an
+    entry of ``refs`` is a sequence of them (after stripping spaces at both ends)."""
     if len(hyps) != len(refs) or not refs:
         raise ValueError(f"refs: expected {len(hyps)} references, got {len(refs)}")
-    return sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(refs)
-
-
-@dataclass
-class Scores:
-    """Corpus BLEU and chrF with their sacrebleu signatures."""
-
-    bleu: float
-    chrf: float
-    bleu_signature: str
-    chrf_signature: str
-
-
-def bleu_chrf(hyps: list[str], refs: list[str]) -> Scores:
-    """sacrebleu corpus BLEU (default 13a tokenizer) and chrF on detokenized text."""
-    from sacrebleu.metrics import BLEU, CHRF
-
-    bleu, chrf = BLEU(), CHRF()
-    b = bleu.corpus_score(hyps, [refs])
-    c = chrf.corpus_score(hyps, [refs])
-    return Scores(b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature()))
+    hits = 0
+    for h, r in zip(hyps, refs):
+        options = [r] if isinstance(r, str) else r
+        hits += h.strip() in {x.strip() for x in options}
+    return hits / len(refs)
 
 
 @torch.no_grad()
@@ -128,8 +146,13 @@ def continue_text(
     ids = tk.encode(tok, prompt)
     if not ids:
         raise ValueError(f"prompt: {prompt!r} has no tokens")
-    gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device  # the sampler draws where the model runs
+    gen = torch.Generator(device=device).manual_seed(seed)
     out = model.generate(
-        torch.tensor([ids]), max_new_tokens, temperature=temperature, top_k=top_k, generator=gen
+        torch.tensor([ids], device=device),
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        generator=gen,
     )
     return tk.decode(tok, out[0].tolist())

@@ -1,26 +1,73 @@
-"""What a run reports: the progress bar (rich: step, loss, tokens/s, learning rate and ETA; or
-nothing) and the JSONL log (one JSON object per line)."""
+"""What a run reports, and where: :class:`Reporter` sends every training and evaluation row to
+
+- the screen: on a terminal a rich progress bar (step/total, loss, last held-out loss, tokens/s,
+  learning rate, ETA); elsewhere (a pipe, nohup, CI, a cluster log) one plain line every
+  ``log_every`` steps and one per evaluation; or nothing;
+- ``log.jsonl`` (one JSON object per row) and ``metrics.csv`` (fixed columns, one row per
+  logging step or evaluation) in the run directory, every run;
+- TensorBoard event files in ``RUN/tensorboard`` with ``--tensorboard`` (optional extra
+  ``attnkit[tensorboard]``), so that ``tensorboard --logdir runs`` shows every run.
+
+A resumed run first drops the rows of later steps from ``log.jsonl`` and ``metrics.csv``.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["JsonLog", "Progress"]
+__all__ = ["CSV_COLUMNS", "JsonLog", "Progress", "Reporter", "clock"]
+
+CSV_COLUMNS = (
+    "step",
+    "epoch",
+    "loss",
+    "lr",
+    "tokens",
+    "tok_per_s",
+    "elapsed_s",
+    "val_loss",
+    "val_ppl",
+    "val_exact",
+    "val_bleu",
+)
+"""The columns of ``metrics.csv``; a training row leaves the ``val_*`` cells empty, an
+evaluation row the others."""
+
+
+def clock(seconds: float | None) -> str:
+    """``h:mm:ss`` (or ``m:ss`` under an hour); ``?`` when unknown."""
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    return (
+        f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
 
 
 class Progress:
-    """A rich progress bar on stderr while ``enabled``; a no-op otherwise. ETA: the remaining
-    steps at the current speed, or the remaining time budget, whichever ends first."""
+    """The screen: ``mode`` "bar" (rich, on stderr), "lines" (plain lines through ``echo``) or
+    "off". ETA: the remaining steps at the current speed, or the remaining time budget,
+    whichever ends first."""
 
-    def __init__(self, enabled: bool, max_steps: int | None, max_seconds: float | None) -> None:
-        self.enabled, self.max_steps, self.max_seconds = enabled, max_steps, max_seconds
+    def __init__(
+        self,
+        mode: str,
+        max_steps: int | None,
+        max_seconds: float | None,
+        echo: Callable[[str], None] = print,
+    ) -> None:
+        self.mode, self.max_steps, self.max_seconds, self.echo = mode, max_steps, max_seconds, echo
         self.t0 = time.monotonic()
+        self.val_loss: float | None = None
         self._bar = None
-        if enabled:
+        if mode == "bar":
             from rich.console import Console
             from rich.progress import BarColumn, TextColumn
             from rich.progress import Progress as RichProgress
@@ -45,17 +92,56 @@ class Progress:
             left.append(max(self.max_seconds - elapsed, 0.0))
         return min(left) if left else None
 
-    def update(self, step: int, first_step: int, loss: float, tok_s: float, lr: float) -> None:
-        if self._bar is None:
+    def _of(self, step: int) -> str:
+        return f"{step}/{self.max_steps}" if self.max_steps is not None else f"{step}"
+
+    def update(
+        self, step: int, first_step: int, loss: float, tok_s: float, lr: float, line: bool
+    ) -> None:
+        """After every step; ``line``: a logging step (plain lines are printed only then)."""
+        if self.mode == "off" or (self.mode == "lines" and not line):
             return
-        eta = self.eta(step, first_step)
-        eta_text = "?" if eta is None else f"{int(eta) // 60}:{int(eta) % 60:02d}"
-        desc = f"step {step}  loss {loss:.4f}  {tok_s:,.0f} tok/s  lr {lr:.2e}  ETA {eta_text}"
-        self._bar.update(self._task, completed=step, description=desc)
+        eta = clock(self.eta(step, first_step))
+        val = "" if self.val_loss is None else f"  val loss {self.val_loss:.4f}"
+        if self._bar is not None:
+            desc = (
+                f"step {self._of(step)}  loss {loss:.4f}{val}  {tok_s:,.0f} tok/s  lr {lr:.2e}  "
+                f"ETA {eta}"
+            )
+            self._bar.update(self._task, completed=step, description=desc)
+            return
+        elapsed = clock(time.monotonic() - self.t0)
+        self.echo(
+            f"step {self._of(step)}  loss {loss:.4f}  lr {lr:.2e}  {tok_s:,.0f} tok/s  "
+            f"elapsed {elapsed}  ETA {eta}{val}"
+        )
+
+    def evaluated(self, row: dict, note: str) -> None:
+        """After an evaluation ``row`` (``step``, ``val_loss``, ...); ``note`` e.g. "best"."""
+        self.val_loss = row["val_loss"]
+        if self.mode != "lines":
+            return
+        extra = "".join(
+            f"  {name} {row[key]:.4f}"
+            for key, name in (("val_exact", "exact"), ("val_bleu", "BLEU"), ("val_ppl", "ppl"))
+            if key in row
+        )
+        self.echo(f"step {self._of(row['step'])}  val loss {row['val_loss']:.4f}{extra}{note}")
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+def _truncate(path: Path, keep: Callable[[str], bool], header: int = 0) -> None:
+    """Keep the first ``header`` lines and the lines for which ``keep`` is true (atomically)."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = lines[:header] + [s for s in lines[header:] if s and keep(s)]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(s + "\n" for s in kept), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 class JsonLog:
@@ -64,15 +150,8 @@ class JsonLog:
 
     def __init__(self, path: Path, keep_until: int | None) -> None:
         self.path = path
-        if keep_until is not None and path.exists():
-            kept = [
-                s
-                for s in path.read_text().splitlines()
-                if s and json.loads(s)["step"] <= keep_until
-            ]
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text("".join(s + "\n" for s in kept))
-            os.replace(tmp, path)
+        if keep_until is not None:
+            _truncate(path, lambda s: json.loads(s)["step"] <= keep_until)
         self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
 
     def write(self, row: dict) -> None:
@@ -82,3 +161,94 @@ class JsonLog:
 
     def close(self) -> None:
         self.f.close()
+
+
+class CsvLog:
+    """``metrics.csv``: :data:`CSV_COLUMNS`, one row per call of :meth:`write`."""
+
+    def __init__(self, path: Path, keep_until: int | None) -> None:
+        if keep_until is not None:
+            _truncate(path, lambda s: int(s.split(",", 1)[0]) <= keep_until, header=1)
+        new = not path.exists() or path.stat().st_size == 0
+        self.f = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - close()
+        if new:
+            self.write({c: c for c in CSV_COLUMNS})
+
+    def write(self, row: dict) -> None:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([row.get(c, "") for c in CSV_COLUMNS])
+        self.f.write(buf.getvalue())
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class TensorBoardLog:
+    """Scalars (train/loss, train/lr, train/tok_per_s, val/*) as TensorBoard event files."""
+
+    def __init__(self, logdir: Path, keep_until: int | None) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ValueError(
+                "tensorboard: --tensorboard needs the tensorboard package (pip install "
+                "'attnkit[tensorboard]')"
+            ) from None
+        self.w = SummaryWriter(
+            str(logdir), purge_step=None if keep_until is None else keep_until + 1
+        )
+
+    def write(self, row: dict) -> None:
+        for key, value in row.items():
+            if key in ("step", "epoch", "best") or not isinstance(value, (int, float)):
+                continue
+            tag = f"val/{key[4:]}" if key.startswith("val_") else f"train/{key}"
+            self.w.add_scalar(tag, value, row["step"])
+        self.w.flush()
+
+    def close(self) -> None:
+        self.w.close()
+
+
+class Reporter:
+    """Every output of a run (see the module docstring). ``out``: the run directory;
+    ``keep_until``: the step a resumed run starts from (None for a new run)."""
+
+    def __init__(
+        self,
+        out: Path,
+        progress: Progress,
+        *,
+        keep_until: int | None,
+        log_every: int,
+        tensorboard: bool,
+    ) -> None:
+        self.progress, self.log_every = progress, log_every
+        self.logs: list = [JsonLog(out / "log.jsonl", keep_until)]
+        self.csv = CsvLog(out / "metrics.csv", keep_until)
+        self.logs.append(self.csv)
+        if tensorboard:
+            self.logs.append(TensorBoardLog(out / "tensorboard", keep_until))
+
+    def step(self, row: dict, first_step: int) -> None:
+        """A training row (step, epoch, loss, lr, tokens, tok_per_s, elapsed_s) after every
+        step; written to the logs every ``log_every`` steps."""
+        line = row["step"] % self.log_every == 0
+        self.progress.update(
+            row["step"], first_step, row["loss"], row["tok_per_s"], row["lr"], line
+        )
+        if line:
+            for log in self.logs:
+                log.write(row)
+
+    def evaluation(self, row: dict, note: str = "") -> None:
+        """An evaluation row (step, val_loss, and val_ppl / val_exact / val_bleu)."""
+        self.progress.evaluated(row, note)
+        for log in self.logs:
+            log.write(row)
+
+    def close(self) -> None:
+        self.progress.close()
+        for log in self.logs:
+            log.close()

@@ -19,14 +19,21 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from attnkit.models.hf_loading import first, read_header
 from attnkit.train import tokenizer as tk
+from attnkit.train.best import Best
 from attnkit.train.checkpoint import FORMAT, CheckpointError, find_checkpoint, read_json, verify
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import rank_seed
-from attnkit.train.state import set_rng_state
+from attnkit.train.state import set_rng_state, torch_rng_key
 from attnkit.train.tasks import build_model
 
+BEST_RECORD = "best.json"
+"""In ``best/``: the :class:`~attnkit.train.best.Best` record (metric, value, step)."""
+SECTIONS = {"model": "model's sizes", "train": "training options"}
+
 __all__ = [
+    "BEST_RECORD",
     "Loaded",
     "check_world",
     "checkpoint_files",
@@ -121,6 +128,14 @@ class Loaded:
     tokenizer: Tokenizer
     model_config: dict
     train_config: TrainConfig
+    best: Best | None = None
+
+    def describe(self) -> str:
+        """Which checkpoint this is, for the user: ``runs/fra/best (the best checkpoint so far:
+        held-out loss 1.2345 at step 400)`` or ``runs/fra/step-00000600 (step 600)``."""
+        if self.best is not None and self.best.value is not None:
+            return f"{self.path} (the best checkpoint of the run: {self.best.describe()})"
+        return f"{self.path} (step {self.step})"
 
     def jsonl(self, name: str) -> list:
         """The items of ``heldout.jsonl`` / ``train_sample.jsonl``."""
@@ -140,25 +155,81 @@ class Loaded:
         return tensors, read_json(self.path / "state.json")
 
 
-def load(path: str | Path) -> Loaded:
-    """Read the checkpoint at ``path`` (a checkpoint or run directory), verify every file and
-    build its model (eval mode). CheckpointError naming the file when anything is wrong."""
-    ckpt = find_checkpoint(path)
+def _check_weights_fit(kind: str, model_cfg: dict, weights: Path, cfg_path: Path) -> None:
+    """Compare the model that ``model_cfg`` describes (built on the meta device: shapes only,
+    no memory) with the safetensors header of ``weights`` (nothing loaded), so that a
+    config.json whose sizes disagree with the weights is refused before any allocation."""
+    try:
+        with torch.device("meta"):
+            expected = {
+                k: tuple(v.shape) for k, v in build_model(kind, model_cfg).state_dict().items()
+            }
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{cfg_path}: invalid model section ({e})") from None
+    try:
+        header = read_header(weights)
+        with safe_open(str(weights), framework="pt") as f:
+            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+    except (ValueError, OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{weights}: not a readable safetensors file ({e})") from None
+    if not isinstance(aliases, dict):
+        raise CheckpointError(f"{weights}: corrupted metadata (aliases is not an object)")
+    shapes = {k: shape for k, (shape, _) in header.items()}
+    shapes.update({k: shapes[v] for k, v in aliases.items() if v in shapes})
+    bad = [
+        f"{k} {shapes[k]} (expected {v})"
+        for k, v in expected.items()
+        if k in shapes and shapes[k] != v
+    ]
+    missing = [k for k in expected if k not in shapes]
+    unknown = [k for k in shapes if k not in expected]
+    problems = [f"shape mismatch: {first(bad)}"] if bad else []
+    problems += [f"missing weights: {first(missing)}"] if missing else []
+    problems += [f"unexpected weights: {first(unknown)}"] if unknown else []
+    if problems:
+        raise CheckpointError(
+            f"{weights}: weights do not match config.json: " + "; ".join(problems)
+        )
+
+
+def load(path: str | Path, *, best: bool = False) -> Loaded:
+    """Read the checkpoint at ``path`` (a checkpoint or run directory; of a run directory, its
+    ``best/`` when ``best`` and it exists, else its last checkpoint), verify every file, check
+    config.json against the weights' header (before building anything) and build its model
+    (eval mode). CheckpointError naming the file when anything is wrong."""
+    ckpt = find_checkpoint(path, best=best)
     verify(ckpt)
     cfg_path = ckpt / "config.json"
     cfg = read_json(cfg_path)
     if cfg.get("format") != FORMAT or cfg.get("kind") not in ("seq2seq", "lm"):
         raise CheckpointError(f"{cfg_path}: not an attnkit checkpoint config")
+    for section in ("model", "train"):
+        if not isinstance(cfg.get(section), dict):
+            raise CheckpointError(
+                f"{cfg_path}: the config has no {section!r} section (the {SECTIONS[section]}), "
+                "so no model can be built from it"
+            )
     try:
         train_config = TrainConfig.from_dict(cfg["train"], str(cfg_path))
-        model = build_model(cfg["kind"], cfg["model"])
         step = int(cfg["step"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{cfg_path}: invalid checkpoint config ({e})") from None
+    _check_weights_fit(cfg["kind"], cfg["model"], ckpt / "model.safetensors", cfg_path)
+    model = build_model(cfg["kind"], cfg["model"])
     load_weights(model, ckpt / "model.safetensors")
     model.eval()
     tok = tk.load(ckpt / "tokenizer.json")
-    return Loaded(ckpt, cfg["kind"], step, model, tok, cfg["model"], train_config)
+    vocab = model.config.vocab_size if cfg["kind"] == "lm" else model.config.src_vocab_size
+    if tok.get_vocab_size() > vocab:
+        raise CheckpointError(
+            f"{ckpt / 'tokenizer.json'}: {tok.get_vocab_size()} tokens, more than the model's "
+            f"vocabulary of {vocab} in config.json"
+        )
+    record = None
+    if (ckpt / BEST_RECORD).is_file():
+        saved = read_json(ckpt / BEST_RECORD)
+        record = Best.from_dict(saved, str(saved.get("metric")))
+    return Loaded(ckpt, cfg["kind"], step, model, tok, cfg["model"], train_config, record)
 
 
 def read_train_config(path: str | Path) -> TrainConfig:
@@ -204,7 +275,8 @@ def restore_rng(
     is then bit-identical); otherwise the torch generator is seeded from (seed, rank, step) and
     the returned note says that dropout draws differ from an uninterrupted run."""
     saved_world = int(state.get("world_size", 1))
-    same = saved_world == world_size
+    # best/ of a run of several processes holds rank 0's generator only
+    same = saved_world == world_size and torch_rng_key(rank) in tensors
     set_rng_state(tensors, state["rng"], rank, torch_state=same)
     if same:
         return None

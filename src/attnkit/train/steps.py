@@ -25,6 +25,7 @@ from attnkit.train.distributed import Dist
 from attnkit.train.loss import chunked_head_loss, token_cross_entropy
 from attnkit.train.metrics import exact_match, heldout_loss, translate
 from attnkit.train.packing import PackSpec, pack_lm
+from attnkit.train.scoring import corpus_bleu, group_references
 from attnkit.train.tasks import TaskData, lm_sequences, lm_stream, lm_windows, seq2seq_example
 from attnkit.train.tokenizer import PAD
 
@@ -152,7 +153,8 @@ def heldout_examples(data: TaskData, c: TrainConfig) -> list:
 
 def evaluate(model: nn.Module, data: TaskData, c: TrainConfig, held: list, step: int) -> dict:
     """The evaluation row of the log at ``step``: held-out loss (packed as training packs),
-    perplexity (lm) or exact match (synthetic tasks)."""
+    perplexity (lm) or exact match (synthetic tasks), and held-out BLEU when it decides the
+    best checkpoint (``c.best_metric``)."""
     model.eval()
     row: dict = {"step": step, "val_loss": heldout_loss(model, data.kind, held, pack=data.pack)}
     if data.kind == "lm":
@@ -160,5 +162,9 @@ def evaluate(model: nn.Module, data: TaskData, c: TrainConfig, held: list, step:
     elif c.task != "translate":
         hyps = translate(model, data.tokenizer, [s for s, _ in data.heldout])
         row["val_exact"] = exact_match(hyps, [t for _, t in data.heldout])
+    if c.best_metric == "bleu":  # greedy, each distinct source once, all its references
+        groups = group_references(data.heldout)
+        hyps = translate(model, data.tokenizer, list(groups.sources))
+        row["val_bleu"] = corpus_bleu(hyps, groups.streams())
     model.train()
     return row

@@ -14,7 +14,19 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-__all__ = ["BOS", "EOS", "KINDS", "PAD", "SPECIALS", "UNK", "decode", "encode", "load", "train"]
+__all__ = [
+    "BOS",
+    "EOS",
+    "KINDS",
+    "PAD",
+    "SPECIALS",
+    "UNK",
+    "decode",
+    "encode",
+    "load",
+    "train",
+    "unknown_words",
+]
 
 KINDS = ("word", "char", "bpe")
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
@@ -83,3 +95,10 @@ def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
         if i not in (PAD, BOS):
             keep.append(i)
     return tok.decode(keep, skip_special_tokens=False).strip()
+
+
+def unknown_words(tok: Tokenizer, text: str) -> list[str]:
+    """The pieces of ``text`` (as written) that the tokenizer maps to [UNK]: words outside a
+    word-level vocabulary, unseen characters of a char tokenizer (byte-level BPE has none)."""
+    enc = tok.encode(text, add_special_tokens=False)
+    return [text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == UNK]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,21 +28,31 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attnkit.checks import choice
 from attnkit.train import session
 from attnkit.train.batches import epoch_batches
-from attnkit.train.checkpoint import CheckpointError, write_checkpoint
+from attnkit.train.best import Best
+from attnkit.train.checkpoint import CheckpointError, write_best, write_checkpoint
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
 from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
-from attnkit.train.progress import JsonLog, Progress
+from attnkit.train.interrupt import Interrupt
+from attnkit.train.progress import Progress, Reporter
 from attnkit.train.schedule import noam_lr
 from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state
 from attnkit.train.steps import evaluate, heldout_examples, optimizer_step, training_module
 from attnkit.train.tasks import TaskData, build_model, model_config, prepare
 
-__all__ = ["train"]
+__all__ = ["TrainingInterrupted", "train"]
 
-LOG = "log.jsonl"
+
+class TrainingInterrupted(Exception):
+    """A run stopped by SIGINT/SIGTERM after writing ``checkpoint``; the message says how to
+    resume it."""
+
+    def __init__(self, message: str, checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
 
 
 def _check_out(out: Path, resumed: Path | None) -> None:
@@ -147,13 +158,20 @@ def train(
     out: str | Path,
     *,
     resume: str | Path | None = None,
-    progress: bool = False,
+    progress: bool | str = False,
     echo: Callable[[str], None] = print,
+    tensorboard: bool = False,
 ) -> Path:
     """Train as ``config`` says, writing checkpoints and ``log.jsonl`` into ``out``; returns the
     last checkpoint's path. ``resume``: a checkpoint (or run directory) to continue from; its
     identity options must equal ``config``'s. Nothing is written before the data, the model and
-    the checkpoint to resume have been checked.
+    the checkpoint to resume have been checked. ``progress``: "bar" (or True), "lines" (plain
+    lines every ``log_every`` steps, for a log file) or "off" (or False); ``tensorboard``: also
+    write TensorBoard event files (``out/tensorboard``). The best evaluation's checkpoint is
+    kept in ``out/best`` (``config.best_metric``).
+
+    SIGINT/SIGTERM (:mod:`attnkit.train.interrupt`): the current step finishes, a checkpoint is
+    written and :class:`TrainingInterrupted` says how to resume; a second signal stops at once.
 
     Under torchrun every process calls this with the same arguments (see the module docstring):
     rank 0 writes and prints, and all return when the last checkpoint is written.
@@ -163,16 +181,19 @@ def train(
     d = join(c.dist_timeout)
     if not d.is_main:  # rank 0 alone prints
         echo, progress = (lambda _: None), False
-    return _train(c, Path(out), resume, progress, echo, d)
+    mode = {True: "bar", False: "off"}.get(progress, progress)
+    choice("progress", mode, ("bar", "lines", "off"))
+    return _train(c, Path(out), resume, mode, echo, d, tensorboard)
 
 
 def _train(
     c: TrainConfig,
     out: Path,
     resume: str | Path | None,
-    progress: bool,
+    progress: str,
     echo: Callable[[str], None],
     d: Dist,
+    tensorboard: bool,
 ) -> Path:
     try:
         s = _start(c, out, resume, d)
@@ -199,12 +220,9 @@ def _train(
     data, opt, per_step = s.data, s.opt, d.world_size * c.accumulate
     step, epoch, index, tokens, plan = s.step, s.epoch, s.index, s.tokens, s.plan
     held = heldout_examples(data, c) if d.is_main else []
+    best = Best.from_dict(s.state.get("best"), c.best_metric)
 
-    def save() -> Path:
-        with d.guard(f"saving step {step}"):
-            states = d.all_gather(torch.get_rng_state())
-        if not d.is_main:
-            return out / f"step-{step:08d}"
+    def files(extra: dict[str, bytes]) -> dict[str, bytes]:
         opt_t, opt_meta = optimizer_state(opt)
         rng_t, rng_meta = rng_state(states)
         state = {
@@ -221,87 +239,130 @@ def _train(
                 "step": step,
                 "lr": noam_lr(max(step, 1), c.d_model, c.warmup, c.lr_factor),
             },
+            "best": best.to_dict(),
         }
-        files = session.checkpoint_files(
-            model=s.model,
-            kind=data.kind,
-            model_config=s.mcfg,
-            train_config=c,
-            tokenizer=data.tokenizer,
-            step=step,
-            tensors={**opt_t, **rng_t},
-            state=state,
-            heldout=[list(x) if isinstance(x, tuple) else x for x in data.heldout],
-            train_sample=[list(x) if isinstance(x, tuple) else x for x in data.train_sample],
+        return (
+            session.checkpoint_files(
+                model=s.model,
+                kind=data.kind,
+                model_config=s.mcfg,
+                train_config=c,
+                tokenizer=data.tokenizer,
+                step=step,
+                tensors={**opt_t, **rng_t},
+                state=state,
+                heldout=[list(x) if isinstance(x, tuple) else x for x in data.heldout],
+                train_sample=[list(x) if isinstance(x, tuple) else x for x in data.train_sample],
+            )
+            | extra
         )
-        return write_checkpoint(out, step, files, c.keep)
 
-    log = None
+    def save() -> Path:
+        nonlocal states
+        with d.guard(f"saving step {step}"):
+            states = d.all_gather(torch.get_rng_state())
+        if not d.is_main:
+            return out / f"step-{step:08d}"
+        return write_checkpoint(out, step, files({}), c.keep)
+
+    def evaluation() -> None:
+        """Evaluate (rank 0), log, update best/ and the early-stop count."""
+        nonlocal best, states, stop_reason
+        row = evaluate(s.model, data, c, held, step)
+        best, improved = best.update(row)
+        report.evaluation(row, "  (best so far)" if improved else "")
+        if improved:
+            states = [torch.get_rng_state()]  # best/ holds rank 0's generator only
+            record = json.dumps(best.to_dict()).encode()
+            write_best(out, files({session.BEST_RECORD: record}))
+        if best.patience_out(c.early_stop) and stop_reason is None:
+            stop_reason = (
+                f"early stop: {best.stale} evaluations without improvement of the "
+                f"{best.label} (best: {best.describe()})"
+            )
+
+    states: list = []
+    report = None
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        log = JsonLog(out / LOG, None if s.loaded is None else step)
+        bar = Progress(
+            progress, c.max_steps, None if c.max_minutes is None else c.max_minutes * 60, echo
+        )
+        report = Reporter(
+            out,
+            bar,
+            keep_until=None if s.loaded is None else step,
+            log_every=c.log_every,
+            tensorboard=tensorboard,
+        )
     n_params = sum(p.numel() for p in s.model.parameters())
     procs = "" if not d.enabled else f", {d.world_size} processes"
     packed = "" if data.pack is None else f"; packed rows of {data.pack.max_len} tokens"
+    source = "" if s.loaded is None else f" from {s.loaded.describe()}"
     echo(
-        f"{'resuming' if s.loaded else 'training'} {c.task}: {len(data.examples)} training "
-        f"examples, {len(data.heldout)} held out, vocabulary {data.tokenizer.get_vocab_size()}, "
-        f"{n_params:,} parameters{procs}{packed}; step {step}; writing to {out}"
+        f"{'resuming' if s.loaded else 'training'} {c.task}{source}: {len(data.examples)} "
+        f"training examples, {len(data.heldout)} held out, vocabulary "
+        f"{data.tokenizer.get_vocab_size()}, {n_params:,} parameters{procs}{packed}; step "
+        f"{step}; writing to {out}"
     )
-    first, first_tokens, t0, saved, stop = step, tokens, time.monotonic(), None, False
+    first, first_tokens, t0, saved = step, tokens, time.monotonic(), None
     stepping = 0.0  # seconds inside optimiser steps (no evaluation, no saving)
-    bar = Progress(progress, c.max_steps, None if c.max_minutes is None else c.max_minutes * 60)
+    stop_reason: str | None = None
 
-    def time_up() -> bool:
-        return c.max_minutes is not None and time.monotonic() - t0 >= c.max_minutes * 60
+    def time_up() -> bool:  # every reason to stop after this step, combined over the ranks
+        if c.max_minutes is not None and time.monotonic() - t0 >= c.max_minutes * 60:
+            return True
+        return stop_reason is not None or interrupt.requested is not None
 
+    stop = False
     try:
-        while not stop and (c.max_steps is None or step < c.max_steps):
-            if index // per_step >= len(plan):
-                epoch, index = epoch + 1, 0
-                plan = _plan(c, d, data, s.lengths, epoch)
-            micro = plan[index // per_step]
-            index, step = index + per_step, step + 1
-            lr = noam_lr(step, c.d_model, c.warmup, c.lr_factor)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            t_step = time.monotonic()
-            with d.guard(f"step {step}"):
-                loss_value, ntok, stop = optimizer_step(model, opt, data, c, d, micro, time_up)
-            tokens, stepping = tokens + ntok, stepping + time.monotonic() - t_step
-            elapsed = time.monotonic() - t0
-            tok_s = (tokens - first_tokens) / max(elapsed, 1e-9)
-            bar.update(step, first, loss_value, tok_s, lr)
-            if log is not None and step % c.log_every == 0:
-                log.write(
-                    {
-                        "step": step,
-                        "epoch": epoch,
-                        "loss": loss_value,
-                        "lr": lr,
-                        "tokens": tokens,
-                        "tok_per_s": round(tok_s, 1),
-                        "elapsed_s": round(elapsed, 3),
-                    }
-                )
-            if log is not None and step % c.eval_every == 0:
-                log.write(evaluate(s.model, data, c, held, step))
-            if step % c.save_every == 0:
+        with Interrupt() as interrupt:
+            while not stop and (c.max_steps is None or step < c.max_steps):
+                if index // per_step >= len(plan):
+                    epoch, index = epoch + 1, 0
+                    plan = _plan(c, d, data, s.lengths, epoch)
+                micro = plan[index // per_step]
+                index, step = index + per_step, step + 1
+                lr = noam_lr(step, c.d_model, c.warmup, c.lr_factor)
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                t_step = time.monotonic()
+                with d.guard(f"step {step}"):
+                    loss_value, ntok, stop = optimizer_step(model, opt, data, c, d, micro, time_up)
+                tokens, stepping = tokens + ntok, stepping + time.monotonic() - t_step
+                elapsed = time.monotonic() - t0
+                tok_s = (tokens - first_tokens) / max(elapsed, 1e-9)
+                if report is not None:
+                    row = {"step": step, "epoch": epoch, "loss": loss_value, "lr": lr}
+                    row |= {"tokens": tokens, "tok_per_s": round(tok_s, 1)}
+                    report.step(row | {"elapsed_s": round(elapsed, 3)}, first)
+                if report is not None and step % c.eval_every == 0:
+                    evaluation()
+                    stop = stop or (stop_reason is not None and not d.enabled)  # else next step
+                if step % c.save_every == 0 and not (stop and interrupt.requested):
+                    saved = save()
+            interrupted = interrupt.requested
+            if report is not None and not interrupted and step % c.eval_every and step > first:
+                evaluation()
+            if saved is None or saved.name != f"step-{step:08d}":
                 saved = save()
-        if log is not None and step % c.eval_every != 0 and step > first:
-            log.write(evaluate(s.model, data, c, held, step))
-        if saved is None or saved.name != f"step-{step:08d}":
-            saved = save()
-        with d.guard("finishing"):
-            d.barrier()  # every rank returns once rank 0 has written the checkpoint
+            with d.guard("finishing"):
+                d.barrier()  # every rank returns once rank 0 has written the checkpoint
     except DistributedError as e:
         last = "none written" if saved is None else f"{saved} (--resume it to continue)"
         raise DistributedError(f"{e}; the last checkpoint: {last}") from None
     finally:
-        bar.close()
-        if log is not None:
-            log.close()
+        if report is not None:
+            report.close()
     speed = (tokens - first_tokens) / max(stepping, 1e-9)
+    if interrupted:
+        raise TrainingInterrupted(
+            f"interrupted ({interrupted}) after step {step}: checkpoint {saved} written; "
+            f"continue with: attnkit train --resume {out}",
+            saved,
+        )
+    if stop_reason is not None:
+        echo(stop_reason)
     echo(
         f"stopped at step {step} after {time.monotonic() - t0:.0f} s (training: {speed:,.0f} "
         f"target tokens/s{procs}); checkpoint {saved}"

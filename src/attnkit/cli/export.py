@@ -1,0 +1,72 @@
+"""``attnkit export``: a trained checkpoint as a HuggingFace transformers directory (loadable
+with ``AutoModelForSeq2SeqLM`` / ``AutoTokenizer``), only when a transformers class computes
+exactly the same function (:mod:`attnkit.integrations.hf_export`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnkit.cli.common import UsageError, one_line
+
+NAME = "export"
+EXAMPLES = """\
+  export    a trained encoder-decoder as a transformers directory (PegasusForConditionalGeneration)
+              attnkit export --ckpt runs/fra --to hf hf-fra
+"""
+
+EPILOG = """\
+examples:
+  attnkit export --ckpt runs/fra --to hf hf-fra
+      then, in Python: AutoModelForSeq2SeqLM.from_pretrained("hf-fra"),
+      AutoTokenizer.from_pretrained("hf-fra"), model.generate(**tokenizer(["I am cold."],
+      return_tensors="pt"))
+
+Encoder-decoders are written as PegasusForConditionalGeneration (pre-LN layers, sinusoidal
+positions, a bias on the logits: the only transformers class that computes what attnkit's
+model computes; MarianMTModel and BART are post-LN) with the tokenizer as tokenizer.json.
+A model that no transformers class represents faithfully is refused with the feature named
+(today: attnkit's language models, whose output layer has a bias that GPT2 and Llama lack).
+Given a run directory, its best checkpoint (best/) is exported when it exists. Needs the
+optional extra: pip install 'attnkit[hf]'.
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the verb and its options."""
+    p = sub.add_parser(
+        NAME,
+        help="write a checkpoint as a transformers directory (save_pretrained layout)",
+        description="Write the checkpoint as a directory that HuggingFace transformers loads "
+        "with its Auto classes: the model (safetensors) and its tokenizer.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
+    p.add_argument("--to", required=True, choices=("hf",), help="format: hf (transformers)")
+    p.add_argument("out", metavar="OUT", help="new directory to write")
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Export; 0 on success."""
+    from attnkit.integrations.hf_export import available, export_seq2seq, quiet, refuse_lm
+
+    if not available():
+        raise UsageError("--to hf: needs HuggingFace transformers (pip install 'attnkit[hf]')")
+    from attnkit.train import session
+
+    out = Path(ns.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"OUT: {ns.out} exists and is not an empty directory; choose a new one")
+    loaded = session.load(ns.ckpt, best=True)
+    print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
+    if loaded.kind == "lm":
+        refuse_lm(loaded.model.config)
+    with quiet():
+        out = export_seq2seq(loaded.model, loaded.tokenizer, ns.out)
+    print(
+        f"wrote {one_line(out)}: PegasusForConditionalGeneration + tokenizer.json; load with "
+        f'AutoModelForSeq2SeqLM.from_pretrained("{one_line(out)}")'
+    )
+    return 0

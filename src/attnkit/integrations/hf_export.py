@@ -1,0 +1,240 @@
+"""attnkit models written as HuggingFace transformers directories (``save_pretrained`` layout),
+loadable with the Auto classes, only when a transformers class computes exactly the same
+function; otherwise :class:`UnfaithfulExport` names the feature that has no counterpart.
+
+Encoder-decoder (:class:`~attnkit.models.seq2seq.Seq2SeqTransformer`, pre-LN, one embedding
+matrix shared by source, target and generator) -> ``PegasusForConditionalGeneration``: the one
+encoder-decoder class of transformers with pre-LN layers, a final LayerNorm after each stack,
+sinusoidal positions added to embeddings scaled by sqrt(d_model), no LayerNorm on the
+embeddings, and a bias on the logits (``final_logits_bias``). ``MarianMTModel`` and
+``BartForConditionalGeneration`` are post-LN (BART also normalises the embeddings), so they
+would compute something else. Pegasus writes its sine features in the first half of the vector
+and its cosines in the second, attnkit interleaves them: the export permutes the model's width
+axis (every matrix and LayerNorm along it), which changes no output, so both tables agree.
+
+Decoder-only LM (:class:`~attnkit.models.lm.TransformerLM`): refused. Its generator adds a bias
+to the logits, which neither ``GPT2LMHeadModel`` nor ``LlamaForCausalLM`` has (Llama also uses
+RMSNorm, RoPE and a gated feed-forward; GPT2 learned positions, which could hold the sinusoidal
+table, but not the bias).
+
+The tokenizer is saved as a ``PreTrainedTokenizerFast`` (``tokenizer.json``) that appends
+[EOS] to each text, as attnkit's encoder inputs have it; generation starts from [BOS].
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, processors
+from torch import Tensor
+
+from attnkit.nn.positional import sinusoidal_table
+
+__all__ = [
+    "UnfaithfulExport",
+    "available",
+    "export_seq2seq",
+    "quiet",
+    "refuse_lm",
+    "width_permutation",
+]
+
+
+class UnfaithfulExport(ValueError):
+    """No transformers class computes this model's function; the message names the feature."""
+
+
+def available() -> bool:
+    """Whether HuggingFace transformers can be imported (the optional extra ``hf``)."""
+    return importlib.util.find_spec("transformers") is not None
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """transformers' warnings and progress bars off inside the block."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        logging.enable_progress_bar()
+
+
+def width_permutation(d_model: int) -> Tensor:
+    """The order of attnkit's interleaved sinusoid columns (sin 0, cos 0, sin 1, cos 1, ...)
+    that gives Pegasus's halves (sin 0, sin 1, ..., cos 0, cos 1, ...): (d_model,) indices."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def refuse_lm(config) -> None:
+    """Always raises: why a TransformerLM has no faithful transformers class."""
+    feature = (
+        "sliding-window attention (--window)"
+        if config.window is not None
+        else ("the bias of the output layer (generator.bias)")
+    )
+    raise UnfaithfulExport(
+        f"export: the language model cannot be written as GPT2LMHeadModel or LlamaForCausalLM "
+        f"without changing its outputs: {feature} has no counterpart there"
+    )
+
+
+def _check_seq2seq(c) -> None:
+    problems = []
+    if not c.norm_first:
+        problems.append("post-LN layers (Pegasus, the pre-LN encoder-decoder, normalises first)")
+    if c.tie_embeddings != "all":
+        problems.append(f"tie_embeddings={c.tie_embeddings!r} (Pegasus shares one matrix)")
+    if c.d_model % 2:
+        problems.append(f"an odd d_model ({c.d_model}: Pegasus' sinusoids need an even width)")
+    if c.layer_norm_eps != 1e-5:
+        problems.append(f"layer_norm_eps={c.layer_norm_eps} (Pegasus uses 1e-5)")
+    if problems:
+        raise UnfaithfulExport(
+            "export: this encoder-decoder has no faithful transformers class: "
+            + "; ".join(problems)
+        )
+
+
+_LAYER = {
+    "self_attn.": "self_attn.",
+    "multihead_attn.": "encoder_attn.",
+    "linear1.": "fc1.",
+    "linear2.": "fc2.",
+}
+_ENC_NORMS = {"norm1.": "self_attn_layer_norm.", "norm2.": "final_layer_norm."}
+_DEC_NORMS = {
+    "norm1.": "self_attn_layer_norm.",
+    "norm2.": "encoder_attn_layer_norm.",
+    "norm3.": "final_layer_norm.",
+}
+# along the width axis: input columns (1) or output rows / vectors (0)
+_PERMUTE_IN = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "linear1.weight")
+_PERMUTE_OUT = ("out_proj.weight", "out_proj.bias", "linear2.weight", "linear2.bias")
+
+
+def _pegasus_state(model) -> dict[str, Tensor]:
+    """The model's weights under Pegasus's names, the width axis permuted."""
+    c = model.config
+    p = width_permutation(c.d_model)
+    out: dict[str, Tensor] = {}
+    for name, t in model.state_dict().items():
+        t = t.detach().float().cpu()
+        if name.startswith(("src_embed.", "tgt_embed.", "generator.weight")):
+            continue
+        if name == "generator.bias":
+            out["final_logits_bias"] = t[None, :].clone()
+            continue
+        stack, rest = name.split(".")[1], name.split(".", 2)[2]  # transformer.<stack>.<rest>
+        if rest.startswith("norm."):
+            out[f"model.{stack}.layer_norm.{rest[5:]}"] = t[p].clone()
+            continue
+        _, i, sub = rest.split(".", 2)  # layers.<i>.<sub>
+        norms = _ENC_NORMS if stack == "encoder" else _DEC_NORMS
+        for ours, theirs in (*_LAYER.items(), *norms.items()):
+            if sub.startswith(ours):
+                key = f"model.{stack}.layers.{i}.{theirs}{sub[len(ours) :]}"
+                break
+        else:  # pragma: no cover - every parameter of the model is named above
+            raise UnfaithfulExport(f"export: no Pegasus counterpart for the weight {name}")
+        if sub.endswith(_PERMUTE_IN):
+            t = t[:, p]
+        elif sub.endswith(_PERMUTE_OUT) or "norm" in sub.split(".")[0]:
+            t = t[p]
+        out[key] = t.clone()
+    shared = model.src_embed.weight.detach().float().cpu()[:, p].clone()
+    out["model.shared.weight"] = shared
+    return out
+
+
+def _hf_tokenizer(tok: Tokenizer):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_str(tok.to_str())
+    eos = tok.token_to_id("[EOS]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A [EOS]", pair="$A [EOS] $B [EOS]", special_tokens=[("[EOS]", eos)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+        unk_token="[UNK]",
+    )
+
+
+def export_seq2seq(model, tok: Tokenizer, out: str | os.PathLike) -> Path:
+    """Write ``model`` (a Seq2SeqTransformer) and ``tok`` as a transformers directory ``out``
+    (PegasusForConditionalGeneration + PreTrainedTokenizerFast), atomically (a temporary
+    directory renamed into place). UnfaithfulExport naming the feature when no transformers
+    class computes the same function; ValueError when ``out`` exists and is not empty."""
+    from transformers import PegasusConfig, PegasusForConditionalGeneration
+
+    c = model.config
+    _check_seq2seq(c)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"out: {out} exists and is not an empty directory; choose a new one")
+    cfg = PegasusConfig(
+        vocab_size=c.src_vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.num_encoder_layers,
+        decoder_layers=c.num_decoder_layers,
+        encoder_attention_heads=c.nhead,
+        decoder_attention_heads=c.nhead,
+        encoder_ffn_dim=c.dim_feedforward,
+        decoder_ffn_dim=c.dim_feedforward,
+        activation_function=c.activation,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=c.max_len,
+        scale_embedding=True,
+        pad_token_id=c.pad_id,
+        bos_token_id=c.bos_id,
+        eos_token_id=c.eos_id,
+        decoder_start_token_id=c.bos_id,
+        forced_eos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    hf = PegasusForConditionalGeneration(cfg)
+    state = _pegasus_state(model)
+    table = sinusoidal_table(c.max_len, c.d_model)[:, width_permutation(c.d_model)]
+    for stack in ("encoder", "decoder"):  # = Pegasus' own table, to float32 rounding
+        state[f"model.{stack}.embed_positions.weight"] = table.clone()
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k not in _TIED]
+    if missing or unexpected:  # pragma: no cover - the mapping covers every weight
+        raise UnfaithfulExport(f"export: weights left unmapped: {missing or unexpected}")
+    hf.eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        hf.save_pretrained(tmp)
+        _hf_tokenizer(tok).save_pretrained(tmp)
+        if out.exists():
+            out.rmdir()
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+_TIED = (
+    "lm_head.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+)
