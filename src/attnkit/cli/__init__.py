@@ -24,7 +24,7 @@ from attnkit.cli.common import PROG, ArgumentParser, UsageError, one_line
 
 __all__ = ["VERBS", "build_parser", "main"]
 
-VERBS = ("explain", "view", "info", "train", "evaluate", "translate", "generate", "bench")
+VERBS = ("explain", "view", "info", "tune", "train", "evaluate", "translate", "generate", "bench")
 """The verb modules of this package, in the order ``--help`` lists them."""
 
 REPORT = (

@@ -26,6 +26,7 @@ from torch import Tensor
 from attnkit import kernels
 from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.numerics import mask_tensors
+from attnkit.kernels.tuning import on_change
 from attnkit.masks import Mask
 
 __all__ = [
@@ -225,3 +226,6 @@ CACHE = ChoiceCache()
 def clear_cache() -> None:
     """Forget every remembered choice (after changing a backend's settings or the registry)."""
     CACHE.clear()
+
+
+on_change(clear_cache)  # a new tuning (attnkit.kernels.tuning.use) may change speed reasons
