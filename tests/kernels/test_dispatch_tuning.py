@@ -38,7 +38,11 @@ def test_min_empty_decides_and_is_cited():
     built-in 0.2, dense under a measured 0.5, whose reason quotes the constant and its source."""
     q, k, v = _qkv(1, 2, 1024)
     mask = M.sliding_window(300)
-    assert F.explain_dispatch(q, k, v, mask).chosen == "blocksparse"
+    d = F.explain_dispatch(q, k, v, mask)
+    assert d.chosen == "blocksparse"
+    (note,) = d.notes
+    assert "(>= 20%), by blocksparse_min_empty = 0.2 (built-in default)" in note, note
+    assert f"  blocksparse: chosen: {note}" in str(d).splitlines()
     with use(_measured(blocksparse_min_empty=0.5)):
         d = F.explain_dispatch(q, k, v, mask)
         assert current().blocksparse_min_empty == 0.5

@@ -69,9 +69,12 @@ class Dispatch:
     chosen: str | None
     reasons: dict[str, list[str]]
     requested: str = "auto"
+    notes: tuple[str, ...] = ()
+    """Why ``auto`` chose ``chosen`` when a tuned constant decided (:mod:`.tuning`)."""
 
     def __str__(self) -> str:
         lines = [f"backend: {self.chosen or 'none'} (requested: {self.requested})"]
+        lines += [f"  {self.chosen}: chosen: {n}" for n in self.notes]
         for name, why in self.reasons.items():
             if name == self.chosen:
                 continue
@@ -122,7 +125,9 @@ def explain(call: AttentionCall, backend: str = "auto") -> Dispatch:
         return Dispatch(None if reasons[backend] else backend, reasons, backend)
     names = preference(call.kind)
     reasons = {n: _reasons(kernels.BACKENDS[n], call, auto=True) for n in names}
-    return Dispatch(next((n for n in names if not reasons[n]), None), reasons, backend)
+    chosen = next((n for n in names if not reasons[n]), None)
+    notes = () if chosen is None else tuple(kernels.BACKENDS[chosen].choice_notes(call))
+    return Dispatch(chosen, reasons, backend, notes)
 
 
 def select(call: AttentionCall, backend: str = "auto") -> Backend:

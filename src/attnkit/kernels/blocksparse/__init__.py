@@ -232,12 +232,20 @@ class BlocksparseBackend(Backend):
         ``blocksparse_min_empty`` (``blocksparse_dropout_min_empty`` with dropout) of the
         blocks empty in every element of the mask's batch, unless per-element calls skip at
         least ``blocksparse_element_call_entries`` each."""
+        return self._judge(call)[0]
+
+    def choice_notes(self, call: AttentionCall) -> list[str]:
+        """The constant that let ``auto`` choose this backend, and the measured fraction."""
+        return self._judge(call)[1]
+
+    def _judge(self, call: AttentionCall) -> tuple[list[str], list[str]]:
+        """(speed reasons, notes when there are none): see :meth:`speed_reasons`."""
         if call.mask is None:
-            return []
+            return [], []
         if call.mask.is_plain_causal:
             return [
                 "plain top-left causal: the dense backend's SDPA is_causal skips the blocks itself"
-            ]
+            ], []
         t = current()
         bq, bkv = self.block_q, self.block_kv
         bm = call.block_map(bq, bkv)  # mask.batch_shape + (nq or 1, nk)
@@ -250,26 +258,27 @@ class BlocksparseBackend(Backend):
             if t.blocksparse_dropout_min_empty > least:
                 least, rule = t.blocksparse_dropout_min_empty, "blocksparse_dropout_min_empty"
             blocks += " with dropout"
-        if frac >= least:
-            return []
         own = self._min_empty is not None and rule == "blocksparse_min_empty"
         cite = f"min_empty = {least:g} (set on this backend)" if own else t.cite(rule)
+        if frac >= least:
+            return [], [f"{frac:.0%} of {blocks} empty (>= {least:.0%}), by {cite}"]
         each = float(empty.float().mean())  # empty per element, on average
         if each == 0.0:
-            return [f"mask leaves no {bq}x{bkv} block empty"]
+            return [f"mask leaves no {bq}x{bkv} block empty"], []
         if each < least:
-            return [f"mask leaves only {each:.0%} of {blocks} empty (< {least:.0%}), by {cite}"]
+            return [f"mask leaves only {each:.0%} of {blocks} empty (< {least:.0%}), by {cite}"], []
         calls = max(1, int((~empty).any(-1).sum()))  # one per element and query block
         skipped = each * call.q_len * call.kv_len * math.prod(call.batch_shape) / calls
+        entries = t.cite("blocksparse_element_call_entries")
         if skipped >= t.blocksparse_element_call_entries:
-            return []
+            note = f"{calls} per-element SDPA calls skip {skipped:,.0f} score entries each, by "
+            return [], [note + entries]
         return [
             f"mask leaves {each:.0%} of {blocks} empty per batch element but only {frac:.0%} "
             f"in every element (< {least:.0%}); skipping per element takes {calls} "
             f"SDPA calls of {skipped:,.0f} skipped score entries each "
-            f"(< {t.blocksparse_element_call_entries:,}): slower than dense, by "
-            f"{t.cite('blocksparse_element_call_entries')}"
-        ]
+            f"(< {t.blocksparse_element_call_entries:,}): slower than dense, by {entries}"
+        ], []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
         if call.grouped and not (
