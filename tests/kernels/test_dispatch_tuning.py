@@ -34,30 +34,35 @@ def _qkv(b, h, lq, d=32, lk=None, seed=0):
 
 
 def test_min_empty_decides_and_is_cited():
-    """A window leaving about a third of the 128x64 blocks empty: blocksparse under the
-    built-in 0.2, dense under a measured 0.5, whose reason quotes the constant and its source."""
+    """A window leaving about two thirds of the 128x64 blocks empty: blocksparse under the
+    built-in 0.5, dense under a measured 0.8, whose reason quotes the constant and its source;
+    a window leaving a third empty: dense under the built-in value, blocksparse under 0.2."""
     q, k, v = _qkv(1, 2, 1024)
-    mask = M.sliding_window(300)
+    mask = M.sliding_window(150)
     d = F.explain_dispatch(q, k, v, mask)
     assert d.chosen == "blocksparse"
     (note,) = d.notes
-    assert "(>= 20%), by blocksparse_min_empty = 0.2 (built-in default)" in note, note
+    assert "(>= 50%), by blocksparse_min_empty = 0.5 (built-in default)" in note, note
     assert f"  blocksparse: chosen: {note}" in str(d).splitlines()
-    with use(_measured(blocksparse_min_empty=0.5)):
+    with use(_measured(blocksparse_min_empty=0.8)):
         d = F.explain_dispatch(q, k, v, mask)
-        assert current().blocksparse_min_empty == 0.5
+        assert current().blocksparse_min_empty == 0.8
     assert d.chosen == "dense", str(d)
     (why,) = d.reasons["blocksparse"]
-    assert "(< 50%)" in why and "blocksparse_min_empty = 0.5" in why, why
+    assert "(< 80%)" in why and "blocksparse_min_empty = 0.8" in why, why
     assert "measured by attnkit tune on 2026-01-02" in why, why
     assert F.explain_dispatch(q, k, v, mask).chosen == "blocksparse"  # restored
+    wide = M.sliding_window(300)
+    assert F.explain_dispatch(q, k, v, wide).chosen == "dense"
+    with use(_measured(blocksparse_min_empty=0.2)):
+        assert F.explain_dispatch(q, k, v, wide).chosen == "blocksparse"
 
 
 def test_element_call_entries_decides_and_is_cited():
     """Key padding varying per element: dense under the built-in threshold (the per-element
     calls skip too little each), blocksparse when the threshold is 1 entry."""
     q, k, v = _qkv(4, 2, 512)
-    mask = M.key_padding(torch.tensor([512, 100, 200, 300]))
+    mask = M.key_padding(torch.tensor([512, 64, 64, 64]))
     d = F.explain_dispatch(q, k, v, mask)
     assert d.chosen == "dense" and "blocksparse_element_call_entries = 1,048,576" in str(d)
     assert "(built-in default)" in str(d)
@@ -67,7 +72,7 @@ def test_element_call_entries_decides_and_is_cited():
 
 def test_remembered_choices_are_forgotten_when_the_tuning_changes():
     q, k, v = _qkv(1, 2, 1024)
-    mask = M.sliding_window(300)
+    mask = M.sliding_window(150)
     F.scaled_dot_product_attention(q, k, v, mask)  # remembered: blocksparse
     assert len(dispatch.CACHE) >= 1
     with use(_measured(blocksparse_min_empty=0.9)):

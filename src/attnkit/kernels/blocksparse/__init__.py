@@ -67,12 +67,16 @@ __all__ = [
 ]
 
 MIN_EMPTY = DEFAULT.blocksparse_min_empty
-"""Built-in default of the least fraction of empty blocks for ``auto`` dispatch to choose this
-backend (the value in use: ``tuning.current().blocksparse_min_empty``, measured by
-``attnkit tune``). Measured on a 2-core AVX-512 Xeon (CPU time, one thread; fp32, B=2, H=8,
-d=64, L=2048) against the dense backend with the materialised mask: equal speed at about 10%
-empty blocks (key padding 1.0x; a window leaving 5% empty 0.9x), 1.1-1.5x at 20-25%, 1.6-1.8x at
-40%, 2.3-3.3x at 60%."""
+"""Built-in default (0.5) of the least fraction of empty blocks for ``auto`` dispatch to choose
+this backend (the value in use: ``tuning.current().blocksparse_min_empty``, measured on the
+user's machine by ``attnkit tune``). Between 20% and 50% the winner depends on the machine:
+on the project's 2-core AVX-512 Xeon (one thread; fp32, B=2, H=8, d=64, L=2048, against the
+dense backend with the materialised mask) equal speed at about 10% empty blocks, 1.1-1.5x at
+20-25%, 1.6-1.8x at 40%, 2.3-3.3x at 60%; on a shared 2-core AMD EPYC (Zen 5; B=1-2, H=8, d=64,
+L=2048, forward) 1.3-2.0x at 38-45% with one thread, but 0.53-0.84x with two threads (a
+window leaving 39% empty, prefix-LM 45%, key padding 38%), about even at 56% and 1.75-3x at
+70-82%. Below one half the dense backend, which never loses more than the skipped share,
+is the choice that loses least where nothing was measured."""
 
 DROPOUT_MIN_EMPTY = DEFAULT.blocksparse_dropout_min_empty
 """Built-in default of the same with dropout (explicit tiles,
