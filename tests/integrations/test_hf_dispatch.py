@@ -1,8 +1,8 @@
 """Which backend ``auto`` picks inside transformers for the ``hf-bert-embed`` bench row's calls:
 a BERT batch of 32 texts of 16-256 tokens, right-padded, 12 heads of width 32. Key padding that
-varies per element leaves no block empty in every element, and per-element calls would skip too
-little each (``blocksparse_element_call_entries``): every call must go to ``dense``, under the
-built-in tuning and under any tuning that keeps that threshold above the calls' size."""
+varies per element leaves about 29% of the blocks empty per element (under the built-in
+``blocksparse_min_empty``) and none in every element, and per-element calls would skip too
+little each (``blocksparse_element_call_entries``): every call must go to ``dense``."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ tf = pytest.importorskip(
 import attnkit.integrations.transformers as ak_hf  # noqa: E402
 from attnkit.kernels import dispatch  # noqa: E402
 from attnkit.kernels.tuning import DEFAULT, use  # noqa: E402
+from tests.support.backends import chosen_backends  # noqa: E402
 
 
-def _chosen_in_bert_batch(monkeypatch) -> list[str]:
+def _chosen_in_bert_batch() -> list[str]:
     ak_hf.register()
     cfg = tf.BertConfig(
         vocab_size=500,
@@ -37,27 +38,19 @@ def _chosen_in_bert_batch(monkeypatch) -> list[str]:
     width = int(lengths.max())
     ids = torch.randint(5, 500, (32, width), generator=g)
     am = (torch.arange(width)[None, :] < lengths[:, None]).long()
-    chosen = []
-    real = dispatch.select
-
-    def spy(call, backend="auto"):
-        b = real(call, backend)
-        chosen.append(b.name)
-        return b
-
-    monkeypatch.setattr(dispatch, "select", spy)
     dispatch.clear_cache()
-    with torch.inference_mode():
+    with chosen_backends() as chosen, torch.inference_mode():
         model(input_ids=ids * am, attention_mask=am)
     return chosen
 
 
-def test_bert_padded_batch_runs_on_dense(monkeypatch):
-    assert set(_chosen_in_bert_batch(monkeypatch)) == {"dense"}
+def test_bert_padded_batch_runs_on_dense():
+    assert set(_chosen_in_bert_batch()) == {"dense"}
 
 
-def test_bert_padded_batch_follows_the_threshold(monkeypatch):
-    """With the threshold at 1 entry (a machine where per-element calls always pay off) the same
-    calls go to blocksparse: the choice is the tuning's, not hard-wired."""
-    with use(dataclasses.replace(DEFAULT, blocksparse_element_call_entries=1)):
-        assert set(_chosen_in_bert_batch(monkeypatch)) == {"blocksparse"}
+def test_bert_padded_batch_follows_the_threshold():
+    """With the thresholds of a machine where skipping always pays off (20% empty blocks, per-
+    element calls of any size) the same calls go to blocksparse: the choice is the tuning's."""
+    eager = dict(blocksparse_min_empty=0.2, blocksparse_element_call_entries=1)
+    with use(dataclasses.replace(DEFAULT, **eager)):
+        assert set(_chosen_in_bert_batch()) == {"blocksparse"}

@@ -17,6 +17,7 @@ from attnkit import masks as M
 from attnkit import reference
 from attnkit.kernels import dispatch
 from attnkit.kernels.tuning import DEFAULT, current, use
+from tests.support.backends import chosen_backends
 
 
 def _measured(**values) -> object:
@@ -77,19 +78,8 @@ def test_remembered_choices_are_forgotten_when_the_tuning_changes():
     assert len(dispatch.CACHE) >= 1
     with use(_measured(blocksparse_min_empty=0.9)):
         assert len(dispatch.CACHE) == 0
-        chosen = []
-        real = dispatch.select
-
-        def spy(call, backend="auto"):
-            b = real(call, backend)
-            chosen.append(b.name)
-            return b
-
-        dispatch.select = spy
-        try:
+        with chosen_backends() as chosen:
             F.scaled_dot_product_attention(q, k, v, mask)
-        finally:
-            dispatch.select = real
     assert chosen == ["dense"]
 
 
