@@ -37,7 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "torch and attnkit version use them; 'attnkit info' shows them.",
     )
     p.add_argument(
-        "--quick", action="store_true", help="tiny sizes, one second or so (a smoke test)"
+        "--quick",
+        action="store_true",
+        help="tiny sizes, a few seconds (a smoke test; the numbers are only indicative)",
     )
     p.add_argument("--dry-run", action="store_true", help="measure and show; store nothing")
     p.add_argument("--reset", action="store_true", help="delete the stored measurements and exit")
