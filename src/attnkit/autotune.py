@@ -116,7 +116,7 @@ def crossover(budget: Budget) -> Found:
     seen = []
     for length in sorted({budget.length, max(256, budget.length // 2)}):
         q, k, v = _qkv(1, 8, length)
-        for keep in (0.85, 0.7, 0.5, 0.3):  # fraction of the keys a window reaches
+        for keep in (0.7, 0.5, 0.3):  # fraction of the keys a window reaches
             mask = M.sliding_window(max(1, int(keep * length / 2)))
             frac = round(_empty_fraction(mask, length, length, bq, bkv), 3)
             if frac == 0.0:
