@@ -4,8 +4,11 @@ they are registered."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from attnkit import functional as F
-from attnkit.kernels import BACKENDS
+from attnkit.kernels import BACKENDS, dispatch
 
 
 def serving(
@@ -19,3 +22,22 @@ def serving(
         if name not in reasons or (ignore_speed and reasons[name]):  # ask it directly
             reasons[name] = F.explain_dispatch(q, k, v, mask, backend=name, **args).reasons[name]
     return [name for name in BACKENDS if not reasons[name]]
+
+
+@contextmanager
+def chosen_backends() -> Iterator[list[str]]:
+    """A list that fills with the name of the backend dispatch selects for each call made in
+    the block (calls whose choice is remembered are not selected again)."""
+    chosen: list[str] = []
+    real = dispatch.select
+
+    def spy(call, backend="auto"):
+        b = real(call, backend)
+        chosen.append(b.name)
+        return b
+
+    dispatch.select = spy
+    try:
+        yield chosen
+    finally:
+        dispatch.select = real

@@ -43,6 +43,7 @@ VERBS = (
     "explain",
     "view",
     "info",
+    "tune",
     "train",
     "evaluate",
     "translate",

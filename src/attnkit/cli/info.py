@@ -1,9 +1,10 @@
 """``attnkit info``: what this installation supports (like ``python -m xformers.info``).
 
 Versions (attnkit, Python, torch, numba, NumPy, safetensors, tokenizers), the CPU and its
-capability, thread counts, the numba cache directory, and for each attention backend whether
-it is available and, if not, why. :func:`collect` returns the same as a JSON-ready dict (for
-``--json`` and for benchmark records).
+capability, thread counts, the numba cache directory, for each attention backend whether it
+is available and, if not, why, and the dispatch constants in use with where each came from
+(built in, or measured by ``attnkit tune``). :func:`collect` returns the same as a JSON-ready
+dict (for ``--json`` and for benchmark records).
 """
 
 from __future__ import annotations
@@ -192,6 +193,25 @@ def collect() -> dict[str, Any]:
         "threads": _threads(),
         "numba": numba,
         "backends": _backends(),
+        "tuning": _tuning(),
+    }
+
+
+def _tuning() -> dict[str, Any]:
+    """The dispatch constants in use, each with its value and where it came from, and the
+    stored tuning's file (and why it is not used, when it is not)."""
+    from attnkit.kernels import tuning, tuning_store
+
+    loaded = tuning_store.load()
+    t = tuning.current()
+    return {
+        "file": str(loaded.path),
+        "file_used": loaded.why_default is None and t == loaded.tuning,
+        "why_defaults": loaded.why_default,
+        "constants": [
+            {"name": n, "value": getattr(t, n), "shown": v, "source": src, "decides": doc}
+            for n, v, src, doc in tuning.describe(t)
+        ],
     }
 
 
@@ -243,3 +263,16 @@ def render(info: dict[str, Any]) -> None:
             markup(row["reason"] or ""),
         )
     out.print(b)
+
+    tu = info["tuning"]
+    c = Table(title="dispatch constants (attnkit tune measures them)", title_justify="left")
+    c.add_column("constant", no_wrap=True)
+    for col in ("value", "from", "decides"):
+        c.add_column(col, overflow="fold")
+    for row in tu["constants"]:
+        c.add_row(row["name"], markup(row["shown"]), markup(row["source"]), markup(row["decides"]))
+    out.print(c)
+    if tu["file_used"]:
+        out.print(f"measured constants read from {markup(tu['file'])}")
+    else:
+        out.print(f"built-in defaults: {markup(tu['why_defaults'] or 'set by the program')}")

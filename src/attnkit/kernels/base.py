@@ -223,6 +223,11 @@ class Backend:
         backend that is correct but not the fastest choice."""
         return []
 
+    def choice_notes(self, call: AttentionCall) -> list[str]:
+        """When ``auto`` chose this backend by a tuned constant: which, and what it measured
+        (``explain_dispatch`` prints them); empty otherwise."""
+        return []
+
     def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
         """Compute (output (..., Lq, dv), weights (..., Lq, Lk) or None)."""
         raise NotImplementedError

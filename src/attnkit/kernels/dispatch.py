@@ -26,6 +26,7 @@ from torch import Tensor
 from attnkit import kernels
 from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.numerics import mask_tensors
+from attnkit.kernels.tuning import on_change
 from attnkit.masks import Mask
 
 __all__ = [
@@ -68,9 +69,12 @@ class Dispatch:
     chosen: str | None
     reasons: dict[str, list[str]]
     requested: str = "auto"
+    notes: tuple[str, ...] = ()
+    """Why ``auto`` chose ``chosen`` when a tuned constant decided (:mod:`.tuning`)."""
 
     def __str__(self) -> str:
         lines = [f"backend: {self.chosen or 'none'} (requested: {self.requested})"]
+        lines += [f"  {self.chosen}: chosen: {n}" for n in self.notes]
         for name, why in self.reasons.items():
             if name == self.chosen:
                 continue
@@ -121,7 +125,9 @@ def explain(call: AttentionCall, backend: str = "auto") -> Dispatch:
         return Dispatch(None if reasons[backend] else backend, reasons, backend)
     names = preference(call.kind)
     reasons = {n: _reasons(kernels.BACKENDS[n], call, auto=True) for n in names}
-    return Dispatch(next((n for n in names if not reasons[n]), None), reasons, backend)
+    chosen = next((n for n in names if not reasons[n]), None)
+    notes = () if chosen is None else tuple(kernels.BACKENDS[chosen].choice_notes(call))
+    return Dispatch(chosen, reasons, backend, notes)
 
 
 def select(call: AttentionCall, backend: str = "auto") -> Backend:
@@ -225,3 +231,6 @@ CACHE = ChoiceCache()
 def clear_cache() -> None:
     """Forget every remembered choice (after changing a backend's settings or the registry)."""
     CACHE.clear()
+
+
+on_change(clear_cache)  # a new tuning (attnkit.kernels.tuning.use) may change speed reasons

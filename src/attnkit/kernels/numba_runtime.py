@@ -27,8 +27,11 @@ from types import ModuleType
 
 import torch
 
-PARTS_PER_THREAD = 4
-"""Work is cut into about this many parts per thread, handed out as threads become free."""
+from attnkit.kernels.tuning import DEFAULT, current
+
+PARTS_PER_THREAD = DEFAULT.numba_parts_per_thread
+"""Built-in default: work is cut into about this many parts per thread, handed out as threads
+become free (in use: :func:`parts_per_thread`)."""
 
 _LOCK = threading.Lock()
 
@@ -100,16 +103,21 @@ def load_kernels(module: str, files: Sequence[Path]) -> ModuleType:
 
 def launch(kernel: Callable, args: tuple, units: int) -> None:
     """Run ``kernel(*args, first, step)`` over ``units`` work units on torch's number of threads:
-    one part per call (units first, first + step, ...), about PARTS_PER_THREAD parts per
-    thread."""
+    one part per call (units first, first + step, ...), about :func:`parts_per_thread` parts
+    per thread."""
     threads = max(1, min(torch.get_num_threads(), units))
     if threads == 1:
         kernel(*args, 0, 1)
         return
-    parts = min(units, PARTS_PER_THREAD * threads)
+    parts = min(units, parts_per_thread() * threads)
     pool = _pool(threads, os.getpid())
     for f in [pool.submit(kernel, *args, i, parts) for i in range(parts)]:
         f.result()
+
+
+def parts_per_thread() -> int:
+    """Work parts per thread of a launch: ``numba_parts_per_thread`` of the tuning in use."""
+    return current().numba_parts_per_thread
 
 
 @functools.cache

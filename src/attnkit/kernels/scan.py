@@ -35,6 +35,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from attnkit.kernels.tuning import DEFAULT, current
+
 __all__ = [
     "WARM_CALLS",
     "absmax",
@@ -48,9 +50,10 @@ __all__ = [
 WARM_CALLS = 16
 """Scans done with :func:`absmax_torch` before :func:`absmax` loads the numba kernels."""
 
-THREADED_MIN = 2**22
-"""Entries of q, k and v together from which, when torch has more than one thread, the scan
-uses torch's threaded reduction instead of the serial bit scan: both read memory at their
+THREADED_MIN = DEFAULT.scan_threaded_min
+"""Built-in default (in use: ``tuning.current().scan_threaded_min``, measured by ``attnkit
+tune``) of the entries of q, k and v together from which, when torch has more than one thread,
+the scan uses torch's threaded reduction instead of the serial bit scan: both read memory at their
 bandwidth, and well above 2.4M entries two threads read it faster (measured on a 2-core AVX-512
 Xeon: 2.4M entries 0.44 ms either way, 4.7M 0.91 against 1.10 ms, 9.4M 2.5 against 3.4 ms).
 Decode steps (2.1M entries for a 2048-key, 8-head cache) stay below it."""
@@ -186,7 +189,8 @@ def absmax3(q: Tensor, k: Tensor, v: Tensor, planned: tuple | None = None) -> tu
     reads all three). ``planned``: ``(q, k, v, plan)`` with :func:`plan3` of tensors of the same
     signature (type, dtype, device, shape, strides), remembered by dispatch; used only when it
     names these very tensor objects, and then float32 calls take the shortest path."""
-    if q.numel() + k.numel() + v.numel() >= THREADED_MIN and torch.get_num_threads() > 1:
+    n = q.numel() + k.numel() + v.numel()
+    if n >= current().scan_threaded_min and torch.get_num_threads() > 1:
         return absmax_torch(q), absmax_torch(k), absmax_torch(v)
     kern = _state.get("ready")
     if (

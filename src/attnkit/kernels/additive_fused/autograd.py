@@ -1,7 +1,7 @@
 """The autograd function of ``additive_fused``: projected inputs in, output out, and the
 FlashAttention-style backward, both running the numba kernels of :mod:`.kernels`.
 
-Forward: one work unit per (batch*head, block of BLOCK_Q query rows), key blocks of BLOCK_K
+Forward: one work unit per (batch*head, block of BQ query rows), key blocks of BK
 keys, online softmax (running max and sum per row), so neither the (Lq, Lk, h) tanh tensor nor
 the (Lq, Lk) score matrix ever exists. It stores the output and each row's max and 1 / sum.
 
@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from attnkit.kernels import numba_runtime as runtime
-from attnkit.kernels.additive_fused.tiles import BLOCK_Q, MaskTiles
+from attnkit.kernels.additive_fused.tiles import MaskTiles
 
 EXP_LIMIT = 21.5
 """Largest |qp|, |kp| for the exp form of tanh (e^(4 * 21.5) = e^86 < float32 max e^88.7)."""
@@ -94,8 +94,8 @@ class AdditiveFunction(torch.autograd.Function):
         lk, dv = kp.shape[1], v.shape[2]
         d_out = d_out.to(torch.float32).contiguous()
         d_sum = (d_out * out).sum(-1)  # D_i = dO_i . O_i, (BH, Lq)
-        nq = -(-lq // BLOCK_Q)
-        split = max(1, min(nq, -(-runtime.PARTS_PER_THREAD * torch.get_num_threads() // bh)))
+        nq = ctx.tiles.classes.shape[1]
+        split = max(1, min(nq, -(-runtime.parts_per_thread() * torch.get_num_threads() // bh)))
         dq = torch.zeros((bh, lq, h), dtype=torch.float32)
         dkt = np.zeros((bh * split, h, lk), np.float32)
         dvt = np.zeros((bh * split, dv, lk), np.float32)

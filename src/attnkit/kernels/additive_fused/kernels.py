@@ -22,7 +22,6 @@ width, ``dv`` value width; masks as in :mod:`.tiles`.
 import numpy as np
 from numba import njit
 
-from attnkit.kernels.additive_fused.tiles import BLOCK_K, BLOCK_Q
 from attnkit.kernels.nbmath import exp_nonpos_f32, tanh_f32
 from attnkit.masks import EMPTY, FULL
 
@@ -53,7 +52,7 @@ def _scores4(a0, a1, a2, a3, kt_b, direct, w, s, keep, t, dt, j0, jb):
     """Scores of 4 query rows against keys j0..j0+jb: s[q, jj] = sum_c w_c tanh_qc(jj).
 
     a0..a3 (h,) rows of qa; kt_b (h, Lk); see ``tanh_operands`` for ``direct``. With ``keep`` also
-    t[q, c, jj] = tanh and dt[q, c, jj] = 1 - tanh² (t, dt: (4, h, BLOCK_K)); the scores are
+    t[q, c, jj] = tanh and dt[q, c, jj] = 1 - tanh² (t, dt: (4, h, block_k)); the scores are
     computed by the same expressions either way.
 
     1 - tanh² is not computed from t: near saturation (|x| of a few units and more) t rounds to
@@ -157,19 +156,20 @@ def forward_units(
     bh, lq, h = qa.shape
     lk, dv = kb_t.shape[2], v.shape[2]
     nq, nk = classes.shape[1], classes.shape[2]
-    s = np.empty((4, BLOCK_K), np.float32)
+    block_q, block_k = tiles.shape[1], tiles.shape[2]  # the tile (a multiple of 4 rows)
+    s = np.empty((4, block_k), np.float32)
     no_tile = np.empty((4, 1, 1), np.float32)
-    acc = np.empty((BLOCK_Q, dv), np.float32)
-    run_max = np.empty(BLOCK_Q, np.float32)
-    run_sum = np.empty(BLOCK_Q, np.float32)
-    seen = np.empty(BLOCK_Q, np.bool_)
+    acc = np.empty((block_q, dv), np.float32)
+    run_max = np.empty(block_q, np.float32)
+    run_sum = np.empty(block_q, np.float32)
+    seen = np.empty(block_q, np.bool_)
     for u in range(first, bh * nq, step):
         b = u // nq
         qb = u - b * nq
         mi = mask_index[b]
         a, kt_b, v_b = qa[b], kb_t[b], v[b]
-        i0 = qb * BLOCK_Q
-        nb = min(BLOCK_Q, lq - i0)
+        i0 = qb * block_q
+        nb = min(block_q, lq - i0)
         run_max[:] = MAX_START
         run_sum[:] = _ZERO
         seen[:] = False
@@ -178,8 +178,8 @@ def forward_units(
             cls = classes[mi, qb, kb]
             if cls == EMPTY:
                 continue
-            j0 = kb * BLOCK_K
-            jb = min(BLOCK_K, lk - j0)
+            j0 = kb * block_k
+            jb = min(block_k, lk - j0)
             tile = tiles[max(tile_id[mi, qb, kb], 0)]
             for r in range(0, nb, 4):
                 a0 = a[min(i0 + r, lq - 1)]
@@ -273,10 +273,11 @@ def backward_units(
     bh, lq, h = qa.shape
     lk, dv = kb_t.shape[2], vt.shape[1]
     nq, nk = classes.shape[1], classes.shape[2]
-    s = np.empty((4, BLOCK_K), np.float32)  # scores, then probabilities P
-    g = np.empty((4, BLOCK_K), np.float32)  # dP, then dS
-    t = np.empty((4, h, BLOCK_K), np.float32)  # tanh
-    dt = np.empty((4, h, BLOCK_K), np.float32)  # 1 - tanh²
+    block_q, block_k = tiles.shape[1], tiles.shape[2]  # the tile (a multiple of 4 rows)
+    s = np.empty((4, block_k), np.float32)  # scores, then probabilities P
+    g = np.empty((4, block_k), np.float32)  # dP, then dS
+    t = np.empty((4, h, block_k), np.float32)  # tanh
+    dt = np.empty((4, h, block_k), np.float32)  # 1 - tanh²
     for u in range(first, bh * split, step):
         b = u // split
         part = u - b * split
@@ -284,8 +285,8 @@ def backward_units(
         a, kt_b, vt_b, do_b = qa[b], kb_t[b], vt[b], do[b]
         dq_b, dkt_u, dvt_u, dw_u = dq[b], dkt[u], dvt[u], dw[u]
         for kb in range(nk):
-            j0 = kb * BLOCK_K
-            jb = min(BLOCK_K, lk - j0)
+            j0 = kb * block_k
+            jb = min(block_k, lk - j0)
             p0, p1, p2, p3 = s[0, :jb], s[1, :jb], s[2, :jb], s[3, :jb]
             g0, g1, g2, g3 = g[0, :jb], g[1, :jb], g[2, :jb], g[3, :jb]
             for qb in range(part, nq, split):
@@ -293,8 +294,8 @@ def backward_units(
                 if cls == EMPTY:
                     continue
                 tile = tiles[max(tile_id[mi, qb, kb], 0)]
-                i0 = qb * BLOCK_Q
-                nb = min(BLOCK_Q, lq - i0)
+                i0 = qb * block_q
+                nb = min(block_q, lq - i0)
                 for r in range(0, nb, 4):
                     i_0 = min(i0 + r, lq - 1)
                     i_1 = min(i0 + r + 1, lq - 1)

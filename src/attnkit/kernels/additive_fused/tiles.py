@@ -1,6 +1,8 @@
 """Masks as tiles: the form in which the fused additive kernels read a mask.
 
-The mask is classified per (BLOCK_Q x BLOCK_K) tile by its block map: EMPTY tiles are skipped,
+The mask is classified per (block_q x block_k) tile (``additive_block_q`` / ``additive_block_k``
+of the tuning in use, :mod:`attnkit.kernels.tuning`; the kernels read the tile from the packed
+tiles' shape) by its block map: EMPTY tiles are skipped,
 FULL tiles need no mask, and only PARTIAL tiles are evaluated (``mask.tile``, a few query blocks
 at a time) and packed as bool tiles. The full Lq x Lk grid is never built unless every tile is
 partial (then the mask holds that much information anyway).
@@ -18,12 +20,13 @@ import numpy as np
 import torch
 
 from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.tuning import DEFAULT, current
 from attnkit.masks import FULL, PARTIAL
 
-BLOCK_Q = 32
-"""Query rows per work unit and per mask tile."""
-BLOCK_K = 128
-"""Keys per block (inner loops run over these, contiguous in memory)."""
+BLOCK_Q = DEFAULT.additive_block_q
+"""Built-in default of the query rows per work unit and per mask tile (a multiple of 4)."""
+BLOCK_K = DEFAULT.additive_block_k
+"""Built-in default of the keys per block (inner loops run over these, contiguous in memory)."""
 TILE_EVAL_ELEMENTS = 2**22
 """Most mask entries evaluated by one ``mask.tile`` call while packing partial tiles."""
 
@@ -33,9 +36,10 @@ class MaskTiles:
     """A mask in the form the kernels read.
 
     mask_index: (BH,) int64, the mask batch element of each flattened batch element.
-    classes: (MB, nq, nk) int8 EMPTY / PARTIAL / FULL per (BLOCK_Q x BLOCK_K) tile.
+    classes: (MB, nq, nk) int8 EMPTY / PARTIAL / FULL per (BQ x BK) tile.
     tile_id: (MB, nq, nk) int32 index into ``tiles`` of each PARTIAL tile, -1 elsewhere.
-    tiles: (T, BLOCK_Q, BLOCK_K) uint8, 1 = may attend (padded with 0 past Lq / Lk); T >= 1.
+    tiles: (T, BQ, BK) uint8, 1 = may attend (padded with 0 past Lq / Lk); T >= 1. BQ (a
+    multiple of 4) and BK are the tile, which the kernels read from this shape.
     """
 
     mask_index: np.ndarray
@@ -49,13 +53,15 @@ class MaskTiles:
 
 
 def mask_tiles(call: AttentionCall) -> MaskTiles:
-    """Tile classes and packed partial tiles of ``call.mask`` (cached on the call)."""
+    """Tile classes and packed partial tiles of ``call.mask`` (cached on the call), in the tile
+    of the tuning in use."""
     if "additive_fused_tiles" not in call._cache:
-        call._cache["additive_fused_tiles"] = _build(call)
+        t = current()
+        call._cache["additive_fused_tiles"] = _build(call, t.additive_block_q, t.additive_block_k)
     return call._cache["additive_fused_tiles"]
 
 
-def _build(call: AttentionCall) -> MaskTiles:
+def _build(call: AttentionCall, BLOCK_Q: int, BLOCK_K: int) -> MaskTiles:  # noqa: N803
     lq, lk = call.q_len, call.kv_len
     nq, nk = -(-lq // BLOCK_Q), -(-lk // BLOCK_K)
     batch = call.batch_shape

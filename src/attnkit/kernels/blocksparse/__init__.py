@@ -48,6 +48,7 @@ from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
 from attnkit.kernels.numerics import fused_backward_ok, mask_tensors, numerics, run_dot
 from attnkit.kernels.torch_math import plain_attention
+from attnkit.kernels.tuning import DEFAULT, current
 from attnkit.masks import EMPTY
 
 __all__ = [
@@ -65,24 +66,32 @@ __all__ = [
     "make_plan",
 ]
 
-MIN_EMPTY = 0.2
-"""Least fraction of empty blocks for ``auto`` dispatch to choose this backend. Measured (CPU
-time, one thread; fp32, B=2, H=8, d=64, L=2048) against the dense backend with the materialised
-mask: equal speed at about 10% empty blocks (key padding 1.0x; a window leaving 5% empty 0.9x),
-1.1-1.5x at 20-25%, 1.6-1.8x at 40%, 2.3-3.3x at 60%."""
+MIN_EMPTY = DEFAULT.blocksparse_min_empty
+"""Built-in default (0.5) of the least fraction of empty blocks for ``auto`` dispatch to choose
+this backend (the value in use: ``tuning.current().blocksparse_min_empty``, measured on the
+user's machine by ``attnkit tune``). Between 20% and 50% the winner depends on the machine:
+on the project's 2-core AVX-512 Xeon (one thread; fp32, B=2, H=8, d=64, L=2048, against the
+dense backend with the materialised mask) equal speed at about 10% empty blocks, 1.1-1.5x at
+20-25%, 1.6-1.8x at 40%, 2.3-3.3x at 60%; on a shared 2-core AMD EPYC (Zen 5; B=1-2, H=8, d=64,
+L=2048, forward) 1.3-2.0x at 38-45% with one thread, but 0.53-0.84x with two threads (a
+window leaving 39% empty, prefix-LM 45%, key padding 38%), about even at 56% and 1.75-3x at
+70-82%. Below one half the dense backend, which never loses more than the skipped share,
+is the choice that loses least where nothing was measured."""
 
-DROPOUT_MIN_EMPTY = 0.6
-"""Least fraction of empty blocks for ``auto`` dispatch to choose this backend for a call with
-dropout (explicit tiles, :mod:`~attnkit.kernels.blocksparse.dropout`, against the dense
-backend's SDPA math path with dropout). Measured (fwd+bwd, fp32, B=1, H=8, d=64, L=2048, p=0.1,
-2 threads on a shared 2-core machine, one run): 88% empty (window 128 & causal) 3.6x faster,
-73% 1.04x, 58% 1.1x, 51% (causal & key padding, rows plan) 0.65x."""
+DROPOUT_MIN_EMPTY = DEFAULT.blocksparse_dropout_min_empty
+"""Built-in default of the same with dropout (explicit tiles,
+:mod:`~attnkit.kernels.blocksparse.dropout`, against the dense backend's SDPA math path with
+dropout; in use: ``tuning.current().blocksparse_dropout_min_empty``). Measured (fwd+bwd, fp32,
+B=1, H=8, d=64, L=2048, p=0.1, 2 threads on a shared 2-core machine, one run): 88% empty
+(window 128 & causal) 3.6x faster, 73% 1.04x, 58% 1.1x, 51% (causal & key padding, rows plan)
+0.65x."""
 
-ELEMENT_CALL_ENTRIES = 2**20
-"""Blocks empty in only some elements of the mask's batch (key padding whose length varies per
-element) are skipped with one SDPA call per element and query block, each with its own tile
-mask; ``auto`` dispatch counts them only when each such call skips at least this many score
-entries (summed over the heads); otherwise it judges by the blocks empty in every element.
+ELEMENT_CALL_ENTRIES = DEFAULT.blocksparse_element_call_entries
+"""Built-in default (in use: ``tuning.current().blocksparse_element_call_entries``). Blocks
+empty in only some elements of the mask's batch (key padding whose length varies per element)
+are skipped with one SDPA call per element and query block, each with its own tile mask;
+``auto`` dispatch counts them only when each such call skips at least this many score entries
+(summed over the heads); otherwise it judges by the blocks empty in every element.
 
 Measured (blocksparse vs dense, forward, fp32, d = 32, 2 threads on a shared 2-core machine,
 L = 128..4096, B x H = 1 x 8 .. 32 x 12, key padding of 10-50% fixed or varying per element,
@@ -157,9 +166,13 @@ class ZeroGradLink(torch.autograd.Function):
         return (grad, *(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.specs))
 
 
-def attend(call: AttentionCall, block_q: int = BLOCK_Q, block_kv: int = BLOCK_KV) -> Tensor:
+def attend(call: AttentionCall, block_q: int | None = None, block_kv: int | None = None) -> Tensor:
     """softmax(q kᵀ · scale + mask) v computed on the mask's non-empty blocks only:
-    (..., Lq, dv). Differentiable in q, k, v and the mask's float tensors."""
+    (..., Lq, dv). Differentiable in q, k, v and the mask's float tensors. Block sizes default
+    to the tuning in use (``blocksparse_block_q`` / ``blocksparse_block_kv``)."""
+    t = current()
+    block_q = block_q or t.blocksparse_block_q
+    block_kv = block_kv or t.blocksparse_block_kv
 
     def impl(c: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
         if not fused_backward_ok(c):  # scores too large for the fused backward even in float64
@@ -173,7 +186,8 @@ class BlocksparseBackend(Backend):
     """Skips the empty blocks of a structured mask (see the module docstring).
 
     ``block_q`` / ``block_kv`` set the block sizes; ``min_empty`` the least fraction of empty
-    blocks for which the backend accepts a call (0 accepts any mask with an empty block).
+    blocks for which the backend accepts a call (0 accepts any mask with an empty block). Each
+    left at None follows the tuning in use (:func:`attnkit.kernels.tuning.current`).
     """
 
     name = "blocksparse"
@@ -187,9 +201,24 @@ class BlocksparseBackend(Backend):
     supports_gqa = True
 
     def __init__(
-        self, block_q: int = BLOCK_Q, block_kv: int = BLOCK_KV, min_empty: float = MIN_EMPTY
+        self,
+        block_q: int | None = None,
+        block_kv: int | None = None,
+        min_empty: float | None = None,
     ) -> None:
-        self.block_q, self.block_kv, self.min_empty = block_q, block_kv, min_empty
+        self._block_q, self._block_kv, self._min_empty = block_q, block_kv, min_empty
+
+    @property
+    def block_q(self) -> int:
+        return self._block_q or current().blocksparse_block_q
+
+    @property
+    def block_kv(self) -> int:
+        return self._block_kv or current().blocksparse_block_kv
+
+    @property
+    def min_empty(self) -> float:
+        return current().blocksparse_min_empty if self._min_empty is None else self._min_empty
 
     def available(self) -> str | None:
         if FLASH is None or FLASH_BWD is None:
@@ -202,43 +231,58 @@ class BlocksparseBackend(Backend):
         return []
 
     def speed_reasons(self, call: AttentionCall) -> list[str]:
-        """Why ``auto`` should prefer the dense backend (measured, see MIN_EMPTY,
-        DROPOUT_MIN_EMPTY and ELEMENT_CALL_ENTRIES): a plain causal mask; fewer than MIN_EMPTY
-        (DROPOUT_MIN_EMPTY with dropout) of the blocks empty in every element of the mask's
-        batch, unless per-element calls skip enough each."""
+        """Why ``auto`` should prefer the dense backend, citing the constant of the tuning in
+        use that decided (:mod:`attnkit.kernels.tuning`): a plain causal mask; fewer than
+        ``blocksparse_min_empty`` (``blocksparse_dropout_min_empty`` with dropout) of the
+        blocks empty in every element of the mask's batch, unless per-element calls skip at
+        least ``blocksparse_element_call_entries`` each."""
+        return self._judge(call)[0]
+
+    def choice_notes(self, call: AttentionCall) -> list[str]:
+        """The constant that let ``auto`` choose this backend, and the measured fraction."""
+        return self._judge(call)[1]
+
+    def _judge(self, call: AttentionCall) -> tuple[list[str], list[str]]:
+        """(speed reasons, notes when there are none): see :meth:`speed_reasons`."""
         if call.mask is None:
-            return []
+            return [], []
         if call.mask.is_plain_causal:
             return [
                 "plain top-left causal: the dense backend's SDPA is_causal skips the blocks itself"
-            ]
+            ], []
+        t = current()
         bq, bkv = self.block_q, self.block_kv
         bm = call.block_map(bq, bkv)  # mask.batch_shape + (nq or 1, nk)
         nq, nk = math.ceil(call.q_len / bq), bm.shape[-1]
         empty = (bm == EMPTY).expand(bm.shape[:-2] + (nq, nk)).reshape(-1, nq, nk)
         frac = float(empty.all(0).float().mean())  # empty in every element of the batch
         blocks = f"{bq}x{bkv} blocks"
-        least = self.min_empty
+        least, rule = self.min_empty, "blocksparse_min_empty"
         if call.dropout_p > 0 and least > 0:  # explicit tiles: slower per entry than fused
-            least = max(least, DROPOUT_MIN_EMPTY)
+            if t.blocksparse_dropout_min_empty > least:
+                least, rule = t.blocksparse_dropout_min_empty, "blocksparse_dropout_min_empty"
             blocks += " with dropout"
+        own = self._min_empty is not None and rule == "blocksparse_min_empty"
+        cite = f"min_empty = {least:g} (set on this backend)" if own else t.cite(rule)
         if frac >= least:
-            return []
+            return [], [f"{frac:.0%} of {blocks} empty (>= {least:.0%}), by {cite}"]
         each = float(empty.float().mean())  # empty per element, on average
         if each == 0.0:
-            return [f"mask leaves no {bq}x{bkv} block empty"]
+            return [f"mask leaves no {bq}x{bkv} block empty"], []
         if each < least:
-            return [f"mask leaves only {each:.0%} of {blocks} empty (< {least:.0%})"]
+            return [f"mask leaves only {each:.0%} of {blocks} empty (< {least:.0%}), by {cite}"], []
         calls = max(1, int((~empty).any(-1).sum()))  # one per element and query block
         skipped = each * call.q_len * call.kv_len * math.prod(call.batch_shape) / calls
-        if skipped >= ELEMENT_CALL_ENTRIES:
-            return []
+        entries = t.cite("blocksparse_element_call_entries")
+        if skipped >= t.blocksparse_element_call_entries:
+            note = f"{calls} per-element SDPA calls skip {skipped:,.0f} score entries each, by "
+            return [], [note + entries]
         return [
             f"mask leaves {each:.0%} of {blocks} empty per batch element but only {frac:.0%} "
             f"in every element (< {least:.0%}); skipping per element takes {calls} "
             f"SDPA calls of {skipped:,.0f} skipped score entries each "
-            f"(< {ELEMENT_CALL_ENTRIES:,}): slower than dense"
-        ]
+            f"(< {t.blocksparse_element_call_entries:,}): slower than dense, by {entries}"
+        ], []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
         if call.grouped and not (

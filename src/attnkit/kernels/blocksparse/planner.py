@@ -36,19 +36,18 @@ from attnkit.kernels.blocksparse.fold import fold_plan
 from attnkit.kernels.blocksparse.plans import BandPlan, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import Call
 from attnkit.kernels.dense import open_empty_rows
+from attnkit.kernels.tuning import DEFAULT, current
 from attnkit.masks import EMPTY, FULL, Intersection, Mask, document
 
-BLOCK_Q = 128
-"""Default query block (rows per SDPA call in the ``rows`` plan, rows per window in ``band``)."""
+BLOCK_Q = DEFAULT.blocksparse_block_q
+"""Built-in default query block (rows per SDPA call in the ``rows`` plan, rows per window in
+``band``); in use: ``tuning.current().blocksparse_block_q``."""
 
-BLOCK_KV = 64
-"""Default key block: the granularity of the key ranges."""
-
-_FLOPS = 60e9
-"""Rough SDPA throughput (flop/s) used to choose between plans."""
-
-_CALL_S = 60e-6
-"""Rough fixed cost of one SDPA call from Python (s) used to choose between plans."""
+BLOCK_KV = DEFAULT.blocksparse_block_kv
+"""Built-in default key block, the granularity of the key ranges; in use:
+``tuning.current().blocksparse_block_kv``. The rows plan's cost model (SDPA throughput and the
+fixed cost of one call, used to choose between one range per query block and one call per batch
+element) is ``planner_flops`` / ``planner_call_s`` of the tuning in use."""
 
 
 def _additive(allowed: Tensor, bias: Tensor | None, dtype: torch.dtype):
@@ -223,8 +222,9 @@ def _rows_plan(call: AttentionCall, block_q: int, block_kv: int, dtype: torch.dt
     per_element = False
     if each is not None:
         w_e, c_e = cost(each)
-        flop = 2 * r * width / _FLOPS
-        per_element = w_e * flop + c_e * _CALL_S < n_el * w_u * flop + c_u * _CALL_S
+        t = current()
+        flop, call_s = 2 * r * width / t.planner_flops, t.planner_call_s
+        per_element = w_e * flop + c_e * call_s < n_el * w_u * flop + c_u * call_s
     calls = []
     for bi in range(nq):
         q0, q1 = bi * block_q, min(lq, (bi + 1) * block_q)
@@ -275,18 +275,21 @@ def _to_elements(t: Tensor, mask: Mask, lead: int, lead_shape: tuple[int, ...]) 
 
 def make_plan(
     call: AttentionCall,
-    block_q: int = BLOCK_Q,
-    block_kv: int = BLOCK_KV,
+    block_q: int | None = None,
+    block_kv: int | None = None,
     dtype: torch.dtype | None = None,
     fold: int = 1,
 ) -> Plan:
     """The plan for ``call`` with tile masks in ``dtype`` (default: the call's dtype), cached on
     the call, and on the mask object for reuse across calls with the same shapes (masks are
     immutable by convention) unless a bias tensor requires grad (its tiles are graph nodes).
+    Block sizes default to the tuning in use.
 
     ``fold`` G > 1: the plan on G query heads folded into the rows
     (:func:`~attnkit.kernels.blocksparse.fold.fold_plan`; causal documents then take the
     ``rows`` plan, as SDPA's is_causal cannot see folded rows)."""
+    block_q = block_q or current().blocksparse_block_q
+    block_kv = block_kv or current().blocksparse_block_kv
     dtype = dtype or call.dtype
     key = ("blocksparse-plan", block_q, block_kv, dtype, fold)
     if key in call._cache:

@@ -1,0 +1,319 @@
+"""``attnkit tune``'s measurements: the constants of :class:`~attnkit.kernels.tuning.Tuning`
+timed on this machine, in well under a minute.
+
+Each measurement is a function in :data:`MEASUREMENTS` that takes the :class:`Budget` and
+returns a :class:`Found`: the constants it settles and what it saw, in words. Every timing
+compares ways of computing the same call in one process, alternately, and keeps the fastest of
+a few repeats (noise from other processes only adds time, so on a shared machine the minimum is
+the steadier estimate). When unsure (the candidates within ``Budget.margin``
+of each other), a measurement keeps the choice that loses least: dense over blocksparse, the
+built-in value over a new one.
+
+Adding a constant: a field in :class:`~attnkit.kernels.tuning.Tuning` and a function here,
+appended to :data:`MEASUREMENTS`, that returns it in ``Found.values``.
+
+Shape legend: ``B`` batch, ``H`` heads, ``L`` sequence length, ``d`` head width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+
+from attnkit import masks as M
+from attnkit.functional import additive_attention, scaled_dot_product_attention
+from attnkit.kernels import scan
+from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
+
+__all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "tune"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much to measure: ``length`` the sequence length of the crossover calls, ``reps``
+    the timed repeats per candidate (median kept), ``margin`` how much faster (ratio) a
+    candidate must be to replace the safer choice."""
+
+    length: int = 2048
+    reps: int = 3
+    margin: float = 1.05
+
+    @classmethod
+    def quick(cls) -> Budget:
+        """A smoke-test budget (seconds, not tens of seconds; numbers only indicative)."""
+        return cls(length=256, reps=2)
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one measurement settled: constant name -> value, what it saw (one line), and the
+    seconds it took (filled in by :func:`tune`)."""
+
+    values: dict[str, float | int]
+    detail: str
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The result of :func:`tune`: the tuning (defaults for what was not measured), each
+    measurement's name and :class:`Found`, and the seconds it took."""
+
+    tuning: Tuning
+    found: tuple[tuple[str, Found], ...]
+    seconds: float
+
+
+def _best_times(fns: dict, reps: int) -> dict:
+    """Fastest seconds of each function, run alternately ``reps`` times after one warm-up."""
+    times: dict[str, list[float]] = {n: [] for n in fns}
+    for fn in fns.values():
+        fn()
+    for _ in range(reps):
+        for n, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[n].append(time.perf_counter() - t0)
+    return {n: min(t) for n, t in times.items()}
+
+
+def _qkv(b: int, h: int, lq: int, d: int = 64, lk: int | None = None) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    lk = lq if lk is None else lk
+    q = torch.randn((b, h, lq, d), generator=g)
+    return q, torch.randn((b, h, lk, d), generator=g), torch.randn((b, h, lk, d), generator=g)
+
+
+def _empty_fraction(mask: M.Mask, lq: int, lk: int, bq: int, bkv: int) -> float:
+    """Fraction of (bq x bkv) blocks empty in every element of an unbatched mask."""
+    return float((mask.block_map(lq, lk, bq, bkv) == M.EMPTY).float().mean())
+
+
+def _race(q, k, v, mask, reps: int, backends=("dense", "blocksparse")) -> dict[str, float]:
+    fns = {
+        b: (lambda b=b: scaled_dot_product_attention(q, k, v, mask, backend=b)) for b in backends
+    }
+    with torch.inference_mode():
+        return _best_times(fns, reps)
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurements
+# ---------------------------------------------------------------------------------------------
+def crossover(budget: Budget) -> Found:
+    """``blocksparse_min_empty``: the least empty-block fraction from which blocksparse beats
+    dense by the margin at every measured fraction above it (sliding windows, B=1, H=8, d=64,
+    L = budget.length and half of it; forward)."""
+    t = current()
+    bq, bkv = t.blocksparse_block_q, t.blocksparse_block_kv
+    wins: dict[float, bool] = {}
+    seen = []
+    for length in sorted({budget.length, max(256, budget.length // 2)}):
+        q, k, v = _qkv(1, 8, length)
+        for keep in (0.7, 0.5, 0.3):  # fraction of the keys a window reaches
+            mask = M.sliding_window(max(1, int(keep * length / 2)))
+            frac = round(_empty_fraction(mask, length, length, bq, bkv), 3)
+            if frac == 0.0:
+                continue
+            r = _race(q, k, v, mask, budget.reps)
+            ratio = r["dense"] / r["blocksparse"]
+            wins[frac] = wins.get(frac, True) and ratio >= budget.margin
+            seen.append(f"L={length} {frac:.0%} empty {ratio:.2f}x")
+    least = 1.0  # blocksparse never won clearly: auto keeps dense unless every block is empty
+    for frac in sorted(wins, reverse=True):
+        if not wins[frac]:
+            break
+        least = frac
+    least = max(least, 0.05)
+    return Found(
+        {"blocksparse_min_empty": least},
+        "blocksparse/dense speed by empty blocks: " + ", ".join(seen),
+    )
+
+
+def element_calls(budget: Budget) -> Found:
+    """``blocksparse_element_call_entries``: key padding that varies per element (half the
+    elements at full length, half at a quarter), B=2, H=8, the lengths of :func:`crossover`:
+    the skipped entries per call from which per-element calls beat dense; when they never do,
+    the largest measured size times 4."""
+    seen, threshold = [], None
+    for length in sorted({max(256, budget.length // 2), budget.length}):
+        q, k, v = _qkv(2, 8, length)
+        mask = M.key_padding(torch.tensor([length, length // 4]))
+        skipped = 0.75 * length * length * 8  # entries one element's calls skip, all heads
+        per_call = skipped / math.ceil(length / current().blocksparse_block_q)
+        r = _race(q, k, v, mask, budget.reps)  # forced: no speed reason applies
+        ratio = r["dense"] / r["blocksparse"]
+        seen.append(f"L={length} {per_call:,.0f}/call {ratio:.2f}x")
+        if ratio >= budget.margin and threshold is None:
+            threshold = int(per_call)
+    if threshold is None:
+        threshold = min(2**40, int(4 * per_call))
+    return Found(
+        {"blocksparse_element_call_entries": max(threshold, 1)},
+        "per-element calls against dense: " + ", ".join(seen),
+    )
+
+
+def blocks(budget: Budget) -> Found:
+    """``blocksparse_block_q`` / ``blocksparse_block_kv``: the fastest of a few block sizes on
+    a sliding window leaving about half the blocks empty (B=1, H=8, L = budget.length)."""
+    length = budget.length
+    q, k, v = _qkv(1, 8, length)
+    mask = M.sliding_window(length // 4)
+    t0 = current()
+    cands = [(128, 64), (64, 64), (256, 64), (128, 128)]
+    fns = {}
+    for bq, bkv in cands:
+
+        def run(bq=bq, bkv=bkv):
+            with use(dataclasses.replace(t0, blocksparse_block_q=bq, blocksparse_block_kv=bkv)):
+                return scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
+
+        fns[(bq, bkv)] = run
+    with torch.inference_mode():
+        times = _best_times(fns, budget.reps)
+    base = (t0.blocksparse_block_q, t0.blocksparse_block_kv)
+    best = min(times, key=times.get)
+    if base in times and times[base] < budget.margin * times[best]:
+        best = base
+    shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.1f} ms" for a, b in times)
+    return Found(
+        {"blocksparse_block_q": best[0], "blocksparse_block_kv": best[1]},
+        f"window L/4, L={length}: {shown}",
+    )
+
+
+def planner_costs(budget: Budget) -> Found:
+    """``planner_flops`` / ``planner_call_s``: one SDPA call's throughput at (1, 8, 512, 64)
+    and the time of a tiny call (1, 8, 16, 64), the planner's two cost terms."""
+    big, tiny = _qkv(1, 8, 512), _qkv(1, 8, 16)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    with torch.inference_mode():
+        times = _best_times({"big": lambda: sdpa(*big)}, max(3, budget.reps))
+        times.update(_best_times({"tiny": lambda: sdpa(*tiny)}, 50))
+    flops = 4 * 8 * 512 * 512 * 64 / max(times["big"] - times["tiny"], 1e-9)
+    flops = min(max(flops, 1e8), 1e14)
+    call_s = min(max(times["tiny"], 1e-7), 1e-2)
+    return Found(
+        {"planner_flops": float(f"{flops:.3g}"), "planner_call_s": float(f"{call_s:.3g}")},
+        f"SDPA {flops / 1e9:.1f} Gflop/s, {call_s * 1e6:.0f} us per call",
+    )
+
+
+def scan_threads(budget: Budget) -> Found:
+    """``scan_threaded_min``: with torch's threads, from how many entries (q, k and v
+    together) torch's threaded max beats the serial bit scan; the built-in value on one
+    thread or without numba."""
+    if torch.get_num_threads() < 2:
+        return Found({}, "one torch thread: the threaded scan never runs")
+    sizes = [2**20, 2**22, 2**24] if budget.length >= 1024 else [2**18, 2**20]
+    seen, least = [], None
+    for n in sizes:
+        x = torch.randn(n // 3)
+        if scan.absmax_bits(x) is None:
+            return Found({}, "numba is not usable: the bit scan never runs")
+        times = _best_times(
+            {
+                "bits": lambda x=x: scan.absmax_bits(x),
+                "torch": lambda x=x: scan.absmax_torch(x),
+            },
+            5 * budget.reps,
+        )
+        ratio = times["bits"] / times["torch"]
+        seen.append(f"{n:,} entries: threaded {ratio:.2f}x")
+        if ratio >= budget.margin and least is None:
+            least = n
+        elif ratio < budget.margin:
+            least = None  # must win at every larger size
+    found = {"scan_threaded_min": least if least is not None else 2 * sizes[-1]}
+    return Found(found, "threaded torch max against the bit scan: " + ", ".join(seen))
+
+
+def additive_tiles(budget: Budget) -> Found:
+    """``additive_block_q`` / ``additive_block_k`` / ``numba_parts_per_thread``: the fastest
+    tile of the fused additive kernels (forward and backward, B=2, H=4, L = budget.length / 4,
+    causal), then the fastest work split with that tile."""
+    from attnkit.kernels.numba_runtime import numba_missing
+
+    if numba_missing():
+        return Found({}, numba_missing() or "numba is not usable")
+    n = max(128, budget.length // 4)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn((2, 4, n, 32), generator=g).requires_grad_() for _ in range(3))
+    wq, wk = torch.randn((32, 32), generator=g) / 6, torch.randn((32, 32), generator=g) / 6
+    wv = torch.randn((32,), generator=g)
+    mask = M.causal()
+
+    def timed(t: Tuning) -> Callable[[], None]:
+        def run():
+            with use(t):
+                additive_attention(q, k, v, wq, wk, wv, mask).sum().backward()
+
+        return run
+
+    t0 = current()
+    tiles = [(32, 128), (16, 128), (64, 128), (32, 256)]
+    fns = {
+        c: timed(dataclasses.replace(t0, additive_block_q=c[0], additive_block_k=c[1]))
+        for c in tiles
+    }
+    times = _best_times(fns, budget.reps)
+    base = (t0.additive_block_q, t0.additive_block_k)
+    best = min(times, key=times.get)
+    if times[base] < budget.margin * times[best]:
+        best = base
+    tile = dataclasses.replace(t0, additive_block_q=best[0], additive_block_k=best[1])
+    parts = {p: timed(dataclasses.replace(tile, numba_parts_per_thread=p)) for p in (2, 4, 8)}
+    ptimes = _best_times(parts, budget.reps)
+    bp = min(ptimes, key=ptimes.get)
+    if ptimes[t0.numba_parts_per_thread] < budget.margin * ptimes[bp]:
+        bp = t0.numba_parts_per_thread
+    shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.0f} ms" for a, b in times)
+    shown += "; parts/thread " + ", ".join(f"{p}: {s * 1e3:.0f} ms" for p, s in ptimes.items())
+    return Found(
+        {"additive_block_q": best[0], "additive_block_k": best[1], "numba_parts_per_thread": bp},
+        f"additive fwd+bwd, L={n}: {shown}",
+    )
+
+
+MEASUREMENTS: tuple[Callable[[Budget], Found], ...] = (
+    planner_costs,
+    blocks,
+    crossover,
+    element_calls,
+    scan_threads,
+    additive_tiles,
+)
+"""What ``attnkit tune`` measures, in order (later ones use the constants earlier ones set)."""
+
+
+def tune(budget: Budget | None = None, progress: Callable[[str], None] | None = None) -> Tuned:
+    """Run every measurement in :data:`MEASUREMENTS` under ``budget`` (default: the full one)
+    and return the tuning they settle, each measured field marked with today's date. Nothing
+    is stored (``attnkit tune`` does that); the tuning in use is restored afterwards."""
+    budget = Budget() if budget is None else budget
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget: expected a Budget, got {type(budget).__name__}")
+    start = time.perf_counter()
+    t, found = DEFAULT, []
+    with use(DEFAULT):
+        for measure in MEASUREMENTS:
+            if progress is not None:
+                progress(measure.__name__)
+            t0 = time.perf_counter()
+            with use(t):
+                f = measure(budget)
+            f = dataclasses.replace(f, seconds=time.perf_counter() - t0)
+            t = dataclasses.replace(t, **f.values)
+            found.append((measure.__name__, f))
+    names = tuple(n for _, f in found for n in f.values)
+    date = datetime.now(timezone.utc).date().isoformat()
+    t = dataclasses.replace(t, measured=names, measured_on=date)
+    return Tuned(t, tuple(found), time.perf_counter() - start)

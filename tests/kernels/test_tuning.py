@@ -1,0 +1,161 @@
+"""The tuning (:mod:`attnkit.kernels.tuning`) and its store (:mod:`attnkit.kernels.tuning_store`):
+validation of every field, the JSON round trip under this machine's key, another key or a
+corrupt file giving the built-in defaults (with a warning for the corrupt file), the cache
+directory following XDG_CACHE_HOME, atomic writes, and loading on first use."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import warnings
+
+import pytest
+
+from attnkit.kernels import tuning as T
+from attnkit.kernels import tuning_store as S
+
+MEASURED = dataclasses.replace(
+    T.DEFAULT,
+    blocksparse_min_empty=0.45,
+    scan_threaded_min=2**21,
+    additive_block_q=16,
+    measured=("blocksparse_min_empty", "scan_threaded_min", "additive_block_q"),
+    measured_on="2026-01-02",
+)
+
+
+def test_defaults_are_valid_and_every_constant_is_documented():
+    names = [f.name for f in T.constants()]
+    assert len(names) == len(set(names)) >= 10
+    for f in T.constants():
+        assert f.metadata["doc"] and f.metadata["range"][0] <= getattr(T.DEFAULT, f.name)
+    assert all(src == T.BUILT_IN for _, _, src, _ in T.describe(T.DEFAULT))
+
+
+@pytest.mark.parametrize(
+    "change, error, words",
+    [
+        ({"blocksparse_min_empty": 1.5}, ValueError, "blocksparse_min_empty: expected a value in"),
+        ({"blocksparse_min_empty": "0.2"}, TypeError, "blocksparse_min_empty: expected float"),
+        ({"blocksparse_block_q": 64.5}, TypeError, "blocksparse_block_q: expected an integer"),
+        ({"blocksparse_block_q": True}, TypeError, "blocksparse_block_q: expected int, got bool"),
+        ({"additive_block_q": 18}, ValueError, "additive_block_q: expected a multiple of 4"),
+        ({"scan_threaded_min": 0}, ValueError, "scan_threaded_min: expected a value in"),
+        ({"measured": ("no_such",)}, ValueError, "unknown constants ['no_such']"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_constant(change, error, words):
+    with pytest.raises(error) as e:
+        dataclasses.replace(T.DEFAULT, **change)
+    assert words in str(e.value)
+
+
+def test_source_and_cite_say_where_a_value_came_from():
+    assert MEASURED.source("blocksparse_min_empty") == "measured by attnkit tune on 2026-01-02"
+    assert MEASURED.source("blocksparse_block_q") == "built-in default"
+    assert MEASURED.cite("scan_threaded_min") == (
+        "scan_threaded_min = 2,097,152 (2**21) (measured by attnkit tune on 2026-01-02)"
+    )
+
+
+def test_round_trip_under_this_machines_key(tmp_path):
+    path = S.save(MEASURED, tmp_path / "sub" / "tuning.json")
+    record = json.loads(path.read_text())
+    assert record["key"] == S.machine_key() and record["schema"] == S.SCHEMA
+    assert set(record["tuning"]) == set(MEASURED.measured)  # only measured values are stored
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = S.load(path)
+    assert loaded.why_default is None and loaded.tuning == MEASURED
+
+
+@pytest.mark.parametrize("part", ["cpu", "torch", "attnkit"])
+def test_another_key_gives_the_defaults_silently(tmp_path, part):
+    path = S.save(MEASURED, tmp_path / "tuning.json")
+    record = json.loads(path.read_text())
+    record["key"][part] = "something else"
+    path.write_text(json.dumps(record))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = S.load(path)
+    assert loaded.tuning == T.DEFAULT
+    assert "something else" in loaded.why_default and "measured" in loaded.why_default
+
+
+def test_missing_file_gives_the_defaults_silently(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = S.load(tmp_path / "absent.json")
+    assert loaded.tuning == T.DEFAULT and "attnkit tune" in loaded.why_default
+
+
+def _corrupt(path, how):
+    good = json.loads(S.save(MEASURED, path).read_text())
+    if how == "not json":
+        path.write_text('{"schema": "attnkit.tuning/1", "key": {')
+    elif how == "other schema":
+        path.write_text(json.dumps(dict(good, schema="something/9")))
+    elif how == "bad value":
+        path.write_text(json.dumps(dict(good, tuning={"blocksparse_min_empty": -3})))
+    elif how == "unknown name":
+        path.write_text(json.dumps(dict(good, tuning={"no_such_constant": 1})))
+    elif how == "a list":
+        path.write_text("[1, 2]")
+
+
+@pytest.mark.parametrize("how", ["not json", "other schema", "bad value", "unknown name", "a list"])
+def test_corrupt_file_gives_the_defaults_with_a_warning(tmp_path, how):
+    path = tmp_path / "tuning.json"
+    _corrupt(path, how)
+    with pytest.warns(S.TuningWarning, match="using the built-in defaults") as w:
+        loaded = S.load(path)
+    assert loaded.tuning == T.DEFAULT
+    assert str(path) in str(w[0].message) and "attnkit tune" in str(w[0].message)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="XDG_CACHE_HOME is the Linux convention")
+def test_cache_directory_follows_xdg_cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("ATTNKIT_NO_TUNING", raising=False)
+    assert S.store_path() == tmp_path / "attnkit" / "tuning.json"
+    assert S.save(MEASURED) == tmp_path / "attnkit" / "tuning.json"
+    assert S.load().tuning == MEASURED
+
+
+def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    import attnkit.files
+
+    path = S.save(MEASURED, tmp_path / "tuning.json")
+    before = path.read_bytes()
+
+    def broken(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(attnkit.files.os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        S.save(T.DEFAULT, path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["tuning.json"]
+
+
+def test_current_loads_the_stored_tuning_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(S, "store_path", lambda: tmp_path / "attnkit" / "tuning.json")
+    S.save(MEASURED)
+    monkeypatch.delenv("ATTNKIT_NO_TUNING", raising=False)
+    with T.use(None):  # forget the tuning in use: the next current() loads the store
+        assert T.current() == MEASURED
+        (tmp_path / "attnkit" / "tuning.json").unlink()
+        assert T.current() == MEASURED  # read once, not per call
+    monkeypatch.setenv("ATTNKIT_NO_TUNING", "1")
+    with T.use(None):
+        assert T.current() == T.DEFAULT
+
+
+def test_use_refuses_what_is_not_a_tuning():
+    with pytest.raises(TypeError, match="tuning: expected a Tuning or None, got dict"):
+        with T.use({"blocksparse_min_empty": 0.5}):
+            pass
+    with pytest.raises(TypeError, match="tuning: expected a Tuning, got str"):
+        S.save("fast")
