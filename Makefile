@@ -1,22 +1,45 @@
-# `make demo` and `make test` each create .venv when it is missing and install what they need.
+# `make demo` and `make test` each create .venv when it is missing and install what they need
+# from the committed locks in requirements/ (hashes checked; `make lock` regenerates them).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+UV := $(BIN)/uv
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+# Where torch's CPU build (2.13.0+cpu) lies as a wheel; PyPI serves the rest.
+WHEELS ?= /opt/wheels
+UV_SOURCES := --find-links $(WHEELS)
+LOCK_FLAGS := --generate-hashes --python-version 3.11 -c requirements/constraints.in $(UV_SOURCES)
+# The locked packages, then attnkit itself (editable, no dependencies, no build isolation).
+define install_lock
+	$(UV) pip sync --python $(BIN)/python --require-hashes $(UV_SOURCES) $(1)
+	$(UV) pip install --python $(BIN)/python --no-deps --no-build-isolation -e .
+endef
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean lock
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[model]"
+$(UV): requirements/uv.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q --require-hashes -r requirements/uv.txt
 	touch $@
 
-$(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[dev]"
+$(STAMP_RUN): requirements/run.txt pyproject.toml | $(UV)
+	$(call install_lock,requirements/run.txt)
+	rm -f $(STAMP_DEV)
+	touch $@
+
+$(STAMP_DEV): requirements/dev.txt pyproject.toml | $(UV)
+	$(call install_lock,requirements/dev.txt)
 	touch $@ $(STAMP_RUN)
+
+# Regenerate the locks from pyproject.toml's ranges (newest releases that fit; see README).
+lock: | $(UV)
+	$(UV) pip compile requirements/uv.in --generate-hashes -o requirements/uv.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra model $(LOCK_FLAGS) -o requirements/run.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra hf $(LOCK_FLAGS) -o requirements/hf.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra dev --extra model --extra hf $(LOCK_FLAGS) -o requirements/dev.txt
 
 demo: $(STAMP_RUN)
 	$(BIN)/attnkit explain
