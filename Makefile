@@ -52,6 +52,16 @@ lint: $(STAMP_DEV)
 test: lint
 	sh scripts/install-browser.sh
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-portable
+
+# The kernel and policy tests again as on another CPU: torch's AVX2 kernels instead of the best
+# this CPU has, numba's kernels compiled for a generic x86-64 (kept in their own cache directory).
+PORTABLE_ENV := ATEN_CPU_CAPABILITY=avx2 NUMBA_CPU_NAME=generic
+.PHONY: test-portable
+test-portable: $(STAMP_DEV)
+	@$(PORTABLE_ENV) $(BIN)/python -c "import torch; print('portable run: torch capability', \
+		torch.backends.cpu.get_cpu_capability() + ', numba CPU generic: tests/kernels')"
+	$(PORTABLE_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/kernels
 
 # The property-based suite at length: 20,000 random examples in total (tests/fuzz/profiles.py
 # divides them among the tests); failures are saved in .hypothesis/ and replayed first next time.
@@ -75,6 +85,11 @@ long: $(STAMP_DEV)
 .PHONY: pack-lengths
 pack-lengths: $(STAMP_RUN)
 	cd benchmarks && ../$(BIN)/python bench_train.py --child pack-lengths --arg 16,32,64,128,256,512
+
+# tests/integrations against the oldest allowed and the newest transformers, in throwaway venvs.
+.PHONY: compat
+compat: $(STAMP_DEV)
+	WHEELS=$(WHEELS) $(BIN)/python scripts/compat.py
 
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
