@@ -9,7 +9,9 @@ Rows (issue 13):
   process; attnkit/sdpa in the notes): ``attention_mib``, one layer's attention (the mask the
   mask interface builds + one attention call, what the target judges), and
   ``prefill_peak_mib``, the whole prefill (attention plus this small model's activations).
-- ``hf-train-4k``: one training step (forward, loss, backward) of the same model at L = 4,096.
+- ``hf-train-4k``: one training step (forward, loss, backward) of the same model at L = 4,096:
+  target step >= 2.5x and its attention part >= 5x (``attention_ratio``: one layer's mask and
+  attention forward + backward at the model's shapes, timed alone on each side; issue 18).
 - ``hf-generate``: greedy generation of 128 new tokens after a 2,048-token prompt (KV cache),
   tokens per second of the whole ``generate`` call (prefill included).
 - ``hf-bert-embed``: mean-pooled BERT embeddings (all-MiniLM-L6-v2 shape: 6 layers, hidden 384,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
+    "PrecisionWarning": "attnkit.kernels.precision",
     "additive_attention": "attnkit.functional",
     "dot_product_attention": "attnkit.functional",
     "explain_dispatch": "attnkit.functional",
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
         multi_head_attention,
         scaled_dot_product_attention,
     )
+    from attnkit.kernels.precision import PrecisionWarning  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
