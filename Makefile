@@ -1,22 +1,45 @@
-# `make demo` and `make test` each create .venv when it is missing and install what they need.
+# `make demo` and `make test` each create .venv when it is missing and install what they need
+# from the committed locks in requirements/ (hashes checked; `make lock` regenerates them).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+UV := $(BIN)/uv
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+# Where torch's CPU build (2.13.0+cpu) lies as a wheel; PyPI serves the rest.
+WHEELS ?= /opt/wheels
+UV_SOURCES := --find-links $(WHEELS)
+LOCK_FLAGS := --generate-hashes --python-version 3.11 -c requirements/constraints.in $(UV_SOURCES)
+# The locked packages, then attnkit itself (editable, no dependencies, no build isolation).
+define install_lock
+	$(UV) pip sync --python $(BIN)/python --require-hashes $(UV_SOURCES) $(1)
+	$(UV) pip install --python $(BIN)/python --no-deps --no-build-isolation -e .
+endef
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean lock
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[model]"
+$(UV): requirements/uv.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q --require-hashes -r requirements/uv.txt
 	touch $@
 
-$(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[dev]"
+$(STAMP_RUN): requirements/run.txt pyproject.toml | $(UV)
+	$(call install_lock,requirements/run.txt)
+	rm -f $(STAMP_DEV)
+	touch $@
+
+$(STAMP_DEV): requirements/dev.txt pyproject.toml | $(UV)
+	$(call install_lock,requirements/dev.txt)
 	touch $@ $(STAMP_RUN)
+
+# Regenerate the locks from pyproject.toml's ranges (newest releases that fit; see README).
+lock: | $(UV)
+	$(UV) pip compile requirements/uv.in --generate-hashes -o requirements/uv.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra model $(LOCK_FLAGS) -o requirements/run.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra hf $(LOCK_FLAGS) -o requirements/hf.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra dev --extra model --extra hf $(LOCK_FLAGS) -o requirements/dev.txt
 
 demo: $(STAMP_RUN)
 	$(BIN)/attnkit explain
@@ -29,6 +52,16 @@ lint: $(STAMP_DEV)
 test: lint
 	sh scripts/install-browser.sh
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-portable
+
+# The kernel and policy tests again as on another CPU: torch's AVX2 kernels instead of the best
+# this CPU has, numba's kernels compiled for a generic x86-64 (kept in their own cache directory).
+PORTABLE_ENV := ATEN_CPU_CAPABILITY=avx2 NUMBA_CPU_NAME=generic
+.PHONY: test-portable
+test-portable: $(STAMP_DEV)
+	@$(PORTABLE_ENV) $(BIN)/python -c "import torch; print('portable run: torch capability', \
+		torch.backends.cpu.get_cpu_capability() + ', numba CPU generic: tests/kernels')"
+	$(PORTABLE_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/kernels
 
 # The property-based suite at length: 20,000 random examples in total (tests/fuzz/profiles.py
 # divides them among the tests); failures are saved in .hypothesis/ and replayed first next time.
@@ -59,6 +92,11 @@ pack-lengths: $(STAMP_RUN)
 .PHONY: docs
 docs: $(STAMP_DEV)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# tests/integrations against the oldest allowed and the newest transformers, in throwaway venvs.
+.PHONY: compat
+compat: $(STAMP_DEV)
+	WHEELS=$(WHEELS) $(BIN)/python scripts/compat.py
 
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench

@@ -314,7 +314,7 @@ def _lm_times(length: int, window: int, reps: int) -> dict:
     "train-lm-8k",
     "training step",
     "TransformerLM 4x256d, L=8192, window 256",
-    ">=5x, <=1/4 memory",
+    ">=5x, attention memory <=1/4",
 )
 def train_lm_8k(quick: bool) -> dict:
     """Time: each model as is (ratio), and both checkpointed (``ratio_both_ckpt``). Memory per
@@ -345,7 +345,9 @@ def train_lm_8k(quick: bool) -> dict:
     return dict(
         case=f"L={length}, window {window}, B=1, fwd+bwd+AdamW",
         peer="SDPA + dense bool mask",
-        target_met=time_ratio >= 5.0 and ratio("attnkit", "peer") >= 4.0,
+        # the target judges one attention call's memory (attention_mem_ratio >= 4, issue 18):
+        # the whole model's memory is mostly the same activations and weights on both sides
+        target_met=time_ratio >= 5.0 and ratio("attn-attnkit", "attn-peer") >= 4.0,
         **res,
     )
 

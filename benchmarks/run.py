@@ -26,7 +26,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:  # imported by path (tests) rather than run as a script
     sys.path.insert(0, str(BENCH_DIR))
 
-from harness.machine import machine_info, machine_line  # noqa: E402
+from harness.machine import cpu_summary, machine_info, machine_line  # noqa: E402
 from harness.results import payload, summary, write_json_atomic  # noqa: E402
 from harness.row import Row, Spec  # noqa: E402
 from harness.runner import discover, list_rows, matches, run_row  # noqa: E402
@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         complete = run_all(specs, a, progress, rows, started)
 
+    cpu = cpu_summary()  # rows run on this machine: each records it
+    for r in rows:
+        r.cpu = r.cpu or cpu
     _save(a, rows, started, partial=not complete)
     machine = machine_info(rows)
     if a.markdown:

@@ -124,6 +124,7 @@ def test_failures_timeouts_and_broken_scripts(tmp_path):
     ok = rows["fake-ok"]
     _check_ok_row(ok)
     assert ok["ratio"] == 2.0 and ok["target_met"] is True and ok["case"] == "fine quick=True"
+    assert ok["cpu"].startswith(m["cpu"]) and f"capability {m['cpu_capability']}" in ok["cpu"]
     assert 48 <= ok["extra"]["alloc_mib"] <= 200, ok["extra"]
     assert ok["extra"]["child"] == 42
     assert rows["fake-own-target"]["target_met"] is False
@@ -262,6 +263,11 @@ def test_machine_uses_attnkit_info(bench_path, monkeypatch):
     assert m["torch"] == torch.__version__.split("+")[0] or m["torch"] == torch.__version__
     line = machine.machine_line(m)
     assert f"torch capability {m['cpu_capability']}" in line and "(7 threads)" in line
+    bf16 = {True: "yes", False: "no", None: "unknown"}[m["info"]["cpu"]["native_bf16"]]
+    assert f"native bf16 {bf16}" in line
+    cpu = machine.cpu_summary()  # what every row records
+    assert m["cpu"] in cpu and f"torch capability {m['cpu_capability']}" in cpu
+    assert f"native bf16 {bf16}" in cpu
     monkeypatch.setattr(machine, "attnkit_info", lambda: ({}, "ImportError: broken tree"))
     m = machine.machine_info([])
     assert (

@@ -324,6 +324,9 @@ BAD_INPUTS = [
     (["explain", "x", "--model", "/nonexistent/model", "--word", "x"], "--model: "),
     (["explain", "x", "--model", "default"], "--word is required"),
     (["explain", "--example", "bahdanau-vs-dot", "--word", "on"], "--word cannot be used"),
+    (["explain", "--top-k", "0"], "--top-k: only works with --model"),
+    (["explain", "a b", "--top-k", "5"], "--top-k: only works with --model"),
+    (["explain", "--skip-special"], "--skip-special: only works with --model"),
     (["nosuchverb"], "invalid choice"),
     (["info", "--json", "extra"], "unrecognized arguments"),
 ]

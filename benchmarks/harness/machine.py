@@ -28,6 +28,16 @@ def attnkit_info() -> tuple[dict[str, Any], str | None]:
         return {}, f"{type(e).__name__}: {e}"
 
 
+def cpu_summary() -> str:
+    """The CPU a row ran on, in one phrase: model, torch's capability, native bf16 yes/no
+    (from ``attnkit info``); every row records it (the ``cpu`` field)."""
+    info, _ = attnkit_info()
+    cpu = info.get("cpu", {})
+    model = cpu.get("model") or platform.processor() or platform.machine()
+    bf16 = {True: "yes", False: "no"}.get(cpu.get("native_bf16"), "unknown")
+    return f"{model} (torch capability {cpu.get('torch_capability')}, native bf16 {bf16})"
+
+
 def mem_total_gib() -> float | None:
     """Total memory of the machine (GiB, one decimal), None off Linux."""
     try:
@@ -66,6 +76,7 @@ def machine_info(rows: Sequence[Row]) -> dict[str, Any]:
         cpu=cpu.get("model") or platform.processor() or platform.machine(),
         cpu_capability=cpu.get("torch_capability"),
         cpu_flags=cpu.get("flags", []),
+        cpu_native_bf16=cpu.get("native_bf16"),
         cores=threads.get("cpu_count") or os.cpu_count(),
         cores_usable=threads.get("usable_cpus"),
         mem_total_gib=mem_total_gib(),
@@ -89,6 +100,8 @@ def machine_line(m: dict[str, Any]) -> str:
     """One line for under the table: CPU, capability, flags, cores, memory, versions, threads,
     date, commit, load."""
     cap = f"torch capability {m['cpu_capability']}; " if m.get("cpu_capability") else ""
+    bf16 = {True: "yes", False: "no"}.get(m.get("cpu_native_bf16"), "unknown")
+    cap += f"native bf16 {bf16}; "
     flags = ", ".join(m.get("cpu_flags") or []) or "no AVX flags"
     threads = f" ({m['torch_threads']} threads)" if m.get("torch_threads") else ""
     load = ", ".join(f"{x:.1f}" for x in m.get("load_avg") or [])

@@ -28,7 +28,8 @@ class Row:
     """The result of one row (one line of the table, one entry of ``--json``'s ``rows``).
 
     Times are seconds (medians), memory MiB. ``ratio`` = peer_s / impl_s (> 1: attnkit is
-    faster). ``target_met``: None when nothing judges the target. ``extra``: the row's own
+    faster). ``target_met``: None when nothing judges the target. ``cpu``: the CPU it ran on
+    (model, torch capability, native bf16). ``extra``: the row's own
     fields (backend, errors against the peer, compile time, per-side memory, ...)."""
 
     id: str
@@ -46,6 +47,7 @@ class Row:
     startup_rss_mib: float | None = None
     quick: bool | None = None
     torch_threads: int | None = None
+    cpu: str | None = None
     wall_s: float | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -28,6 +28,8 @@ step, a training loop's batches) pay the checks and the choice once per signatur
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -37,8 +39,10 @@ from attnkit import tensor_checks as tc
 from attnkit.calls import check_mask
 from attnkit.heads import merge_heads, repeat_kv_heads, split_heads
 from attnkit.kernels import dispatch
+from attnkit.kernels.additive_fused import policy as additive_policy
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.dispatch import Dispatch
+from attnkit.kernels.numerics import float64_reason
 from attnkit.masks import Mask
 
 __all__ = [
@@ -184,10 +188,12 @@ def explain_dispatch(
     w_k: Tensor | None = None,
     w_v: Tensor | None = None,
 ) -> Dispatch:
-    """Which backend would run this call, and why each other backend was rejected.
+    """Which backend would run this call, why each other backend was rejected, and why it runs
+    in float64 when the overflow policy sends it there (``precision``).
 
     ``kind`` is "dot" (scaled / unscaled dot product) or "additive" (then give w_q, w_k, w_v).
-    Nothing is computed; ``print(explain_dispatch(...))`` gives a readable report.
+    Nothing is computed but the policy's input scan (max |entry| of the inputs);
+    ``print(explain_dispatch(...))`` gives a readable report.
     """
     checks.choice("kind", kind, ("dot", "additive"))
     backend = dispatch.check_backend_name(backend)
@@ -201,7 +207,26 @@ def explain_dispatch(
         )
     else:
         call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
-    return dispatch.explain(call, backend)
+    d = dispatch.explain(call, backend)
+    reason = None
+    if d.chosen is not None and kind == "dot":
+        reason = float64_reason(call)
+    elif d.chosen is not None:
+        reason = additive_policy.float64_reason(call, additive_policy.input_stats(call))
+    return Explanation(d.chosen, d.reasons, d.requested, None if reason is None else str(reason))
+
+
+@dataclass(frozen=True)
+class Explanation(dispatch.Dispatch):
+    """What :func:`explain_dispatch` returns: the :class:`~attnkit.kernels.dispatch.Dispatch`
+    (choice and reasons) and ``precision``, "runs in float64 because ..." when the overflow
+    policy computes the call in float64 (None otherwise)."""
+
+    precision: str | None = None
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return base if self.precision is None else f"{base}\n{self.precision}"
 
 
 # ---------------------------------------------------------------------------------------------

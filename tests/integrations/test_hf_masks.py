@@ -1,7 +1,13 @@
 """attnkit.integrations.hf_masks: every mask transformers can build, recovered as attnkit masks,
 against transformers' own dense evaluation (``masking_utils.sdpa_mask`` with no skipping), the
 reference for what eager attention masks. Exact (bool grids), odd sizes, offsets as a KV cache
-and a sliding-window cache produce them."""
+and a sliding-window cache produce them.
+
+Packed sequences go through what a model calls (``create_causal_mask`` /
+``create_sliding_window_causal_mask`` with ``position_ids``), once with
+``attn_implementation="attnkit"`` and once with ``"sdpa"``: transformers composes the mask
+function itself, so the tests follow however a release builds it (5.24 removed the helper they
+used to call)."""
 
 from __future__ import annotations
 
@@ -13,8 +19,10 @@ import torch
 mu = pytest.importorskip(
     "transformers.masking_utils", reason="transformers not installed (pip install 'attnkit[hf]')"
 )
+import transformers as tf  # noqa: E402
 
 from attnkit.integrations import hf_mask_nodes  # noqa: E402
+from attnkit.integrations import transformers as ak_hf  # noqa: E402
 from attnkit.integrations.hf_masks import UnrecognisedMaskWarning, recover  # noqa: E402
 from attnkit.masks import Document, KeyColumns, KeyPadding, Predicate  # noqa: E402
 
@@ -108,19 +116,32 @@ def test_structure_names():
     assert recover(mu.bidirectional_mask_function, None, 2, 4, 4).mask is None
 
 
-def packed_fn(base, pos):
-    psm = mu.find_packed_sequence_indices(pos)
-    return mu.packed_sequence_compatibility_function(base, pos, psm), psm
+def packed_masks(pos: torch.Tensor, window: int | None):
+    """Masks for packed ``position_ids`` (B, L) built by transformers' public mask creation (what
+    a causal LM calls; ``window``: a Mistral-style sliding window): attnkit's (B, L, L) bool grid
+    with its ``HFMask``, and transformers' own (B, L, L) under ``attn_implementation="sdpa"``."""
+    ak_hf.register()
+    cfg = tf.MistralConfig(
+        hidden_size=8, num_attention_heads=1, num_key_value_heads=1, sliding_window=window
+    )
+    create = mu.create_causal_mask if window is None else mu.create_sliding_window_causal_mask
+    b, n = pos.shape
+    emb = torch.zeros(b, n, 8)
+    cfg._attn_implementation = ak_hf.NAME
+    hm = create(cfg, emb, None, None, pos)
+    cfg._attn_implementation = "sdpa"
+    want = create(cfg, emb, None, None, pos, allow_is_causal_skip=False)[:, 0]
+    got = want.new_ones(()) if hm.mask is None else hm.mask.materialize(n, n)
+    return got.expand(b, n, n), hm, want
 
 
-@pytest.mark.parametrize("func", ["causal", "window3"])
-def test_packed_sequences_become_documents(func):
+@pytest.mark.parametrize("window", [None, 3])
+def test_packed_sequences_become_documents(window):
     pos = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3], [5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 6]])
-    fn, _ = packed_fn(FUNCS[func](), pos)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnrecognisedMaskWarning)
-        got, hm = ours(fn, None, 2, 11, 11)
-    assert torch.equal(got, dense(fn, None, 2, 11, 11))
+        got, hm, want = packed_masks(pos, window)
+    assert torch.equal(got, want)
     assert any(isinstance(leaf, Document) for leaf in hm.mask.leaves())
     assert not any(isinstance(leaf, Predicate) for leaf in hm.mask.leaves())
 
@@ -130,7 +151,10 @@ def test_packed_with_jumps_inside_a_sequence_stays_exact():
     starts a new sequence), but a hand-built remap must still be exact: evaluated, not assumed."""
     pos = torch.tensor([[0, 1, 2, 3, 4, 5]])
     psm = torch.tensor([[0, 0, 0, 0, 1, 1]])
-    fn = mu.packed_sequence_compatibility_function(mu.causal_mask_function, pos * 2, psm)
+    fn = mu.and_masks(  # the closures transformers composes for packed sequences
+        mu.remap_positions_for_packed_sequence(mu.causal_mask_function, pos * 2),
+        mu.packed_sequence_mask_function(psm),
+    )
     hf_mask_nodes._WARNED.clear()  # the warning is once per function; make this test independent
     with pytest.warns(UnrecognisedMaskWarning):
         got, hm = ours(fn, None, 1, 6, 6)
@@ -193,12 +217,23 @@ if given is not None:
         """Random lengths, cache offsets, windows, padding and packing: attnkit's recovered
         mask equals transformers' evaluation, and no predicate was needed."""
         lk = lq + extra
-        q_off = kv_off + extra if kind != "packed" else 0  # queries after the cached keys
+        q_off = kv_off + extra  # queries after the cached keys
         q_off = max(0, q_off - min(q_back, q_off)) if kind == "window_bi" else q_off
-        if kind == "packed":
-            kv_off, lk = 0, lq
         gen = torch.Generator().manual_seed(seed)
         b = 2
+        if kind == "packed":
+            starts = torch.rand(b, lq, generator=gen) < 0.25
+            starts[:, 0] = True
+            first = torch.zeros(b, lq, dtype=torch.long)
+            for r in range(b):
+                for t in range(lq):
+                    first[r, t] = t if starts[r, t] else first[r, t - 1]
+            # transformers packs only without a padding mask or a cache
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", UnrecognisedMaskWarning)
+                got, hm, want = packed_masks(torch.arange(lq)[None, :] - first, window)
+            assert torch.equal(got, want), hm
+            return
         if kind == "causal":
             fn = mu.causal_mask_function
         elif kind == "window":
@@ -210,19 +245,6 @@ if given is not None:
                 mu.or_masks(mu.causal_mask_function, mu.sliding_window_bidirectional_overlay(2)),
                 mu.sliding_window_overlay(window),
             )
-        else:
-            starts = torch.rand(b, lq, generator=gen) < 0.25
-            starts[:, 0] = True
-            seg = starts.cumsum(1)
-            first = torch.zeros_like(seg)
-            for r in range(b):
-                for t in range(lq):
-                    first[r, t] = t if starts[r, t] else first[r, t - 1]
-            pos = torch.arange(lq)[None, :] - first
-            fn, psm = packed_fn(mu.sliding_window_causal_mask_function(window), pos)
-            if psm is None:  # one sequence per row: transformers does not pack
-                fn = mu.sliding_window_causal_mask_function(window)
-            pad = None  # transformers packs only without a padding mask
         padding = None if pad is None else padding_rows(b, kv_off + lk, pad, gen)
         with warnings.catch_warnings():
             warnings.simplefilter("error", UnrecognisedMaskWarning)

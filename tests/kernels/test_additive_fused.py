@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -273,6 +274,21 @@ def test_first_writable_cache_dir(tmp_path):
     blocker.write_text("not a directory")
     assert AF.first_writable([blocker / "cache"]) is None
     assert AF.first_writable([blocker / "cache", tmp_path / "ok"]) == str(tmp_path / "ok")
+
+
+def test_cache_dir_is_per_cpu_target(tmp_path, monkeypatch):
+    """Kernels compiled for NUMBA_CPU_NAME=generic (make test-portable) get their own directory."""
+    from attnkit.kernels.numba_runtime import cache_dir
+
+    src = tmp_path / "k.py"
+    src.write_text("x = 1\n")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    native = cache_dir("k", [src])
+    monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
+    generic = cache_dir("k", [src])
+    assert native != generic and "generic" in Path(generic).name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -277,3 +277,17 @@ def test_fully_masked_rows_have_zero_gradient_even_with_nan_inputs():
     out.sum().backward()
     assert (x32[0].grad[:, :4] == 0).all()
     assert all(torch.isfinite(x.grad).all() for x in x32)
+
+
+@pytest.mark.parametrize("backend", ["math"])  # additive_fused takes no bias (README)
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_float_mask_holding_nan_or_inf_is_refused(backend, value):
+    """P6: a float mask (bias) with NaN or +inf is a ValueError naming the mask; -inf entries
+    (not allowed) are fine."""
+    xs = make()
+    bias = torch.zeros(9, 11)
+    bias[2, 3] = -math.inf
+    run(xs, backend, M.from_tensor(bias.clone()))  # -inf alone: accepted
+    bias[4, 5] = value
+    with pytest.raises(ValueError, match=r"^mask: .*NaN or \+inf"):
+        run(xs, backend, M.from_tensor(bias))

@@ -174,10 +174,26 @@ P6_CASES = [
     ("v", math.inf, 39, range(36, 40)),
     ("q", math.nan, 10, range(10, 11)),
     ("q", -math.inf, 10, range(10, 11)),
-    ("bias", math.nan, (10, 12), range(10, 11)),
-    ("bias", math.inf, (10, 12), range(10, 11)),
-    ("bias", math.nan, (10, 30), range(0)),  # outside the window: attended by no row
 ]
+BIAS_CASES = [  # (value, position): attended by row 10, and outside the window (by no row)
+    (math.nan, (10, 12)),
+    (math.inf, (10, 12)),
+    (math.nan, (10, 30)),
+]
+
+
+@pytest.mark.parametrize("value,pos", BIAS_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_p6_float_mask_holding_nan_or_inf_is_refused(backend, dtype, value, pos):
+    """A float mask (bias) with NaN or +inf anywhere, attended or not: a ValueError naming the
+    mask, before any output (-inf stays "not allowed")."""
+    q, k, v = qkv(6, dtype)
+    bias = torch.zeros((L, L), dtype=torch.float64)
+    bias[5, 6] = -math.inf
+    bias[pos] = value
+    with pytest.raises(ValueError, match=r"^mask: .*NaN or \+inf"):
+        attend(q, k, v, M.sliding_window(3) & M.from_tensor(bias), backend)
 
 
 @pytest.mark.parametrize("what,value,pos,rows", P6_CASES)
@@ -190,21 +206,15 @@ def test_p6_nonfinite_values_poison_exactly_the_rows_that_attend_to_them(
     bias = torch.zeros((L, L), dtype=torch.float64)
     bias[5, 6] = -math.inf  # P2: -inf is "not allowed", not a non-finite value
     clean = {"q": q.clone(), "k": k.clone(), "v": v.clone(), "bias": bias.clone()}
-    x = {"q": q, "k": k, "v": v, "bias": bias}[what]
-    if what == "bias":
-        x[pos] = value
-    else:
-        x[1, 0, pos, 2] = value  # batch element 1, head 0
+    x = {"q": q, "k": k, "v": v}[what]
+    x[1, 0, pos, 2] = value  # batch element 1, head 0
     mask = M.sliding_window(3) & M.from_tensor(bias)
     out = attend(q, k, v, mask, backend)
     allowed = (M.sliding_window(3) & M.from_tensor(clean["bias"])).materialize(L, L).numpy()
     want = ref_out(clean["q"], clean["k"], clean["v"], allowed, clean["bias"].numpy())
     bad = torch.zeros((2, 2, L), dtype=torch.bool)
     for r in rows:
-        if what == "bias":
-            bad[:, :, r] = True  # one bias for every batch element and head
-        else:
-            bad[1, 0, r] = True
+        bad[1, 0, r] = True
     assert torch.isnan(out[bad]).all(), f"rows attending to {what}={value} must be NaN"
     got = out.detach().double()[~bad]
     assert torch.isfinite(got).all(), "a row that does not attend to it stays finite"

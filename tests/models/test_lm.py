@@ -11,13 +11,9 @@ import torch
 from torch import nn
 
 from attnkit.models.lm import CausalLayer, LMConfig, TransformerLM
+from tests.support.numerics import max_rel_err as rel_err
 
 F64_TOL = 1e-10
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
 def make(seed=0, **kw) -> TransformerLM:

@@ -11,14 +11,10 @@ import torch
 
 from attnkit import reference
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from tests.support.numerics import max_rel_err as rel_err
 
 F64_TOL = 1e-10
 F32_TOL = 1e-5
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
 def small_config(**kw) -> Seq2SeqConfig:

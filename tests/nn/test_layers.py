@@ -13,15 +13,10 @@ from attnkit import reference
 from attnkit.masks import causal
 from attnkit.nn.additive import AdditiveAttention, GeneralAttention
 from attnkit.nn.self_attention import SelfAttention
+from tests.support.numerics import max_rel_err as rel_err
 
 F64_TOL = 1e-10
 F32_TOL = 1e-5
-
-
-def rel_err(a, b) -> float:
-    a = torch.as_tensor(np.array(a) if isinstance(a, np.ndarray) else a).detach().double()
-    b = torch.as_tensor(np.array(b) if isinstance(b, np.ndarray) else b).detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
 def np64(t: torch.Tensor) -> np.ndarray:

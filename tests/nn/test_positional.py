@@ -22,14 +22,10 @@ from attnkit.nn.positional import (
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+from tests.support.numerics import max_rel_err as rel_err
 
 F64_TOL = 1e-10
 F32_TOL = 1e-5
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
 def loop_sinusoid(length: int, d_model: int, offset: int = 0) -> torch.Tensor:

@@ -48,6 +48,20 @@ def rel_err(got, ref) -> float:
     return float(d / n) if n > 0 else float(d)
 
 
+ABS_FLOOR = 1e-6
+"""The absolute floor of :func:`max_rel_err`: a reference whose largest entry is below it (0, or
+rounding noise around 0) is compared absolutely at this scale, never relatively against 0. The
+layers and models compared with it have entries of order 1e-2..1e1, so it never binds there."""
+
+
+def max_rel_err(got, ref, floor: float = ABS_FLOOR) -> float:
+    """max|got - ref| / max(max|ref|, floor): the largest error against the largest reference
+    entry, with an absolute floor (:data:`ABS_FLOOR`); shapes must match."""
+    g, r = to_np(got), to_np(ref)
+    assert g.shape == r.shape, (g.shape, r.shape)
+    return float(np.abs(g - r).max(initial=0.0) / max(float(np.abs(r).max(initial=0.0)), floor))
+
+
 def magnitude_floor(dtype: torch.dtype, magnitude: float) -> float:
     """The absolute error allowed in a result whose terms have total size ``magnitude`` (the
     sum of their absolute values, see tests/fuzz/magnitudes.py), besides the relative

@@ -35,14 +35,10 @@ from attnkit.train.packing import (
     split_long,
 )
 from attnkit.train.tokenizer import EOS, PAD
+from tests.support.numerics import max_rel_err as rel_err
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 V = 23
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
 def rand_ids(g: torch.Generator, n: int) -> list[int]:

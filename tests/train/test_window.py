@@ -18,13 +18,9 @@ from attnkit.models.lm import LMConfig, TransformerLM
 from attnkit.train.config import TrainConfig
 from attnkit.train.tokenizer import EOS
 from attnkit.train.trainer import train
+from tests.support.numerics import max_rel_err as rel_err
 
 V = 23
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
 def quiet(_: str) -> None:

@@ -60,6 +60,10 @@ def _descriptions() -> dict[str, str]:
     return catalog.EXAMPLES | {k: v.description for k, v in catalog.MODEL_EXAMPLES.items()}
 
 
+TOP_K = 3
+"""--top-k's default: the most-attended tokens shown per head."""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the verb and its options."""
     p = sub.add_parser(
@@ -126,8 +130,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--top-k",
         metavar="N",
         type=int_arg("top_k"),
-        default=3,
-        help="with --model: how many most-attended tokens per head (default 3)",
+        default=None,
+        help=f"with --model: how many most-attended tokens per head (default {TOP_K})",
     )
     p.add_argument(
         "--skip-special",
@@ -192,6 +196,14 @@ def run(ns: argparse.Namespace) -> int:
     if ns.example in catalog.MODEL_EXAMPLES:
         ns = _model_example(ns)
     sentence = _sentence(ns)
+    if ns.model is None:  # options that only act on a model's attention do nothing without one
+        given = (("--top-k", ns.top_k is not None), ("--skip-special", ns.skip_special))
+        unused = [option for option, was_given in given if was_given]
+        if unused:
+            raise UsageError(
+                f"{unused[0]}: only works with --model (it selects the tokens shown from a "
+                "model's attention); add --model default, or leave it out"
+            )
     with option_names(OPTION_NAMES):
         if ns.png is not None:  # --png: the heatmap first, then the usual output
             explain_png.write(ns, sentence)
@@ -256,7 +268,11 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
         ) from e
     model = BertModel.from_pretrained(resolve_model_path(ns.model))
     report = model_attention_report(
-        model, sentence, ns.word, top_k=ns.top_k, skip_special=ns.skip_special
+        model,
+        sentence,
+        ns.word,
+        top_k=TOP_K if ns.top_k is None else ns.top_k,
+        skip_special=ns.skip_special,
     )
     if ns.json:
         print_json(report.to_dict())

@@ -30,12 +30,21 @@ Rows with no allowed key (left-padding positions under a causal mask) give outpu
 ``"eager"`` averages every value; real tokens never attend to them, so their outputs agree.
 
 transformers is imported when a function of this module is first called, never by the rest of
-attnkit.
+attnkit. It is checked then (:mod:`attnkit.integrations.versions`): a transformers without a
+feature the integration needs raises :class:`UnsupportedTransformersError` naming the installed
+version and the tested range (:func:`tested_range`); one newer than the tested range warns once
+(:class:`UntestedTransformersWarning`) and goes on.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from attnkit.integrations.versions import (
+    UnsupportedTransformersError,
+    UntestedTransformersWarning,
+    tested_range,
+)
 
 if TYPE_CHECKING:  # real imports happen on first use (see __getattr__)
     from attnkit.integrations.hf_attention import (
@@ -50,10 +59,13 @@ __all__ = [
     "HFMask",
     "UnrecognisedMaskWarning",
     "UnsupportedFeatureError",
+    "UnsupportedTransformersError",
+    "UntestedTransformersWarning",
     "attention_forward",
     "is_registered",
     "mask_function",
     "register",
+    "tested_range",
 ]
 
 NAME = "attnkit"
@@ -71,6 +83,9 @@ def _require_transformers() -> Any:
             "attnkit.integrations.transformers needs HuggingFace transformers: "
             "pip install 'attnkit[hf]'"
         ) from e
+    from attnkit.integrations.versions import check_transformers
+
+    check_transformers(transformers)
     return transformers
 
 

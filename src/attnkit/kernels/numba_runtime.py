@@ -55,6 +55,9 @@ def cache_dir(name: str, files: Sequence[Path]) -> str:
 
     Its name carries a hash of ``files``: numba only notices changes to the file that defines a
     kernel, not to the helpers it inlines from other files or the constants it reads from them.
+    It also carries the CPU target ($NUMBA_CPU_NAME/$NUMBA_CPU_FEATURES, "host" when unset), so
+    kernels compiled for a generic CPU (``make test-portable``) never share a directory with the
+    native build (numba keys its entries by CPU as well; this keeps the two apart on disk).
     Candidates: $NUMBA_CACHE_DIR/attnkit-<name>-<hash>, attnkit's kernels/__pycache__, then
     $XDG_CACHE_HOME (or ~/.cache)/attnkit/; the first writable one wins, else a new temporary
     directory (the kernels then compile again in every process).
@@ -62,7 +65,10 @@ def cache_dir(name: str, files: Sequence[Path]) -> str:
     digest = hashlib.sha1()
     for f in files:
         digest.update(Path(f).read_bytes())
-    tag = f"{name}-{digest.hexdigest()[:12]}"
+    cpu = os.environ.get("NUMBA_CPU_NAME") or "host"
+    if os.environ.get("NUMBA_CPU_FEATURES"):
+        cpu += "-" + hashlib.sha1(os.environ["NUMBA_CPU_FEATURES"].encode()).hexdigest()[:8]
+    tag = f"{name}-{cpu}-{digest.hexdigest()[:12]}"
     candidates = []
     if os.environ.get("NUMBA_CACHE_DIR"):
         candidates.append(Path(os.environ["NUMBA_CACHE_DIR"]) / f"attnkit-{tag}")

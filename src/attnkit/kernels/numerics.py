@@ -9,10 +9,12 @@ P5 when ``max|q| * max|k| * d * scale + max|bias| >= finfo(compute).max / 16`` t
    computed in float64 and rounded, and so is a call that needs gradients when that bound times
    finfo(compute).eps reaches 2**-10; a bias cast to the compute dtype saturates at
    +-finfo.max (never -inf, which would mean "not allowed": ``Mask.bias_tile(..., dtype)``).
-P6 NaN or +-inf in q, k, v or a bias at a position a row attends to makes that whole output
-   row NaN. The kernels never see non-finite keys or values: :func:`run_dot` replaces them by 0
-   before computing and then sets the affected rows to NaN, so rows that do not attend to
-   them are exact. Gradients of calls with non-finite inputs are unspecified.
+P6 NaN or +-inf in q, k or v at a position a row attends to makes that whole output row NaN;
+   a float mask (bias) holding NaN or +inf is refused with a ValueError naming ``mask`` (the
+   input scan sees it at no extra cost; -inf is "not allowed", P2). The kernels never see
+   non-finite keys or values: :func:`run_dot` replaces them by 0 before computing and then
+   sets the affected rows to NaN, so rows that do not attend to them are exact. Gradients of
+   calls with non-finite inputs are unspecified.
 
 (The same rules in words: the docs site's guide "Conventions and the numerics policy",
 ``docs/guides/conventions.md``.)
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from attnkit.kernels.precision import Float64Reason, dot_reason, warn_float64
 from attnkit.kernels.scan import absmax3
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,6 +118,14 @@ def bias_bound(mask: Mask | None, q_len: int, kv_len: int) -> Tensor:
     return total
 
 
+def refuse_nonfinite_bias() -> ValueError:
+    """The error for a float mask (bias) holding NaN or +inf (P6)."""
+    return ValueError(
+        "mask: the float mask (an additive bias) holds NaN or +inf; expected finite values, "
+        "or -inf where a key may not be attended"
+    )
+
+
 def _nonfinite_bias(mask: Mask | None) -> Tensor:
     """True (0-dim bool) when a bias tensor of ``mask`` holds NaN or +inf."""
     flags = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in mask_tensors(mask)]
@@ -174,7 +185,8 @@ def decide(
     if call.mask is not None and call.mask.has_bias:
         extra = [bias_bound(call.mask, call.q_len, call.kv_len), _nonfinite_bias(call.mask)]
         bm, bad_bias = torch.stack(extra).double().tolist()
-    finite = finite and not bad_bias
+        if bad_bias:
+            raise refuse_nonfinite_bias()
     dtype = compute_dtype(call.dtype)
     bound, tight = qm * km * call.q.shape[-1] * abs(call.scale) + bm, False
     overflow, grad_limit = _limits(dtype)
@@ -183,6 +195,7 @@ def decide(
     if dtype != torch.float64 and _needs_float64(call, bound, dtype):
         bound, tight = _row_norm_bound(call) + bm, True  # Cauchy-Schwarz: check again
         if _needs_float64(call, bound, dtype):
+            call._cache["float64-reason"] = dot_reason(qm, km, bm, bound, dtype, overflow)
             dtype = torch.float64
     ok = True
     if not bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR and call.needs_grad:
@@ -201,6 +214,12 @@ def numerics(call: AttentionCall) -> tuple[torch.dtype, bool]:
         cached = call._cache["numerics"] = (dtype, finite)
         call._cache["fused-backward-ok"] = ok
     return cached
+
+
+def float64_reason(call: AttentionCall) -> Float64Reason | None:
+    """Why :func:`numerics` computes ``call`` in float64 (P5), None when it does not."""
+    numerics(call)
+    return call._cache.get("float64-reason")
 
 
 def fused_backward_ok(call: AttentionCall) -> bool:
@@ -259,6 +278,8 @@ def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
     if not finite:
         work = _sanitized(call)
         compute, _ = numerics(work)
+    if compute == torch.float64 and call.dtype != torch.float64:
+        warn_float64(float64_reason(work))  # once per process: the call is slower than asked
     out, weights = impl(work, compute)
     if out.dtype != call.dtype:
         out = out.to(call.dtype)

@@ -30,7 +30,10 @@ def additive_scores(q: Tensor, k: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor)
     parts = []
     for s in range(0, qp.shape[-2], rows):
         t = torch.tanh(qp[..., s : s + rows, None, :] + kp[..., None, :, :])  # (..., r, Lk, h)
-        parts.append(t @ w_v)
+        # a product and a last-axis sum, not `t @ w_v`: the matrix-vector kernel sums some rows
+        # in another order (AVX-512 tails), and equal tanh rows must give bit-equal scores, since
+        # one rounding of a score of 1e30 is ~1e23 and would turn a uniform softmax into one-hot
+        parts.append((t * w_v).sum(-1))
     return torch.cat(parts, dim=-2)
 
 

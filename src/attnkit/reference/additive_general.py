@@ -43,7 +43,10 @@ def additive(
     q_proj = q @ wq.T  # row i: W_q Q_i
     k_proj = k @ wk.T  # row j: W_k K_j
     hidden = np.tanh(q_proj[..., :, None, :] + k_proj[..., None, :, :])  # (..., Lq, Lk, h)
-    scores = hidden @ wv  # e_ij = w_v . hidden_ij
+    # e_ij = w_v . hidden_ij, summed in one order for every (i, j) (a product and a last-axis
+    # sum; a BLAS matrix-vector product may sum some rows differently): equal hidden rows give
+    # bit-equal scores, which matters when the scores are huge
+    scores = (hidden * wv).sum(axis=-1)
     return AdditiveTrace(
         **attend(q, k, v, scores, 1.0, mask), q_proj=q_proj, k_proj=k_proj, hidden=hidden
     )

@@ -12,11 +12,12 @@ dot-product policy of :mod:`attnkit.kernels.numerics`:
   the backward term, v ~ 1e10 and w_v ~ 1e30 in float32 gave inf - inf = NaN gradients of q,
   W_q and W_k whose true values are small).
 - P6: tanh would saturate an infinite projection to +-1 (a finite score). An infinite input is
-  treated as corrupt, like NaN: a row is NaN when q_i, k_j or v_j of a key it may attend to, a
-  bias entry it attends to, or any entry of W_q, W_k, w_v (they enter every score) is NaN or
-  +-inf. Rows that do not read a non-finite value are computed from finite data only (the
-  backends never see NaN/inf: they are replaced by 0 first), so they equal the float64
-  reference; rows without an allowed key stay 0 (P1).
+  treated as corrupt, like NaN: a row is NaN when q_i, k_j or v_j of a key it may attend to, or
+  any entry of W_q, W_k, w_v (they enter every score) is NaN or +-inf. A float mask (bias)
+  holding NaN or +inf is refused with a ValueError naming ``mask``. Rows that do not read a
+  non-finite value are computed from finite data only (the backends never see NaN/inf: they
+  are replaced by 0 first), so they equal the float64 reference; rows without an allowed key
+  stay 0 (P1).
 
 :func:`run_additive` applies the policy around a backend's ``impl(call, compute_dtype)``.
 
@@ -39,7 +40,9 @@ from attnkit.kernels.numerics import (
     compute_dtype,
     mask_tensors,
     nonfinite_rows,
+    refuse_nonfinite_bias,
 )
+from attnkit.kernels.precision import Float64Reason, warn_float64
 
 ROW_CHUNK = 2**22
 """Most mask entries evaluated at once when finding the rows that have an allowed key."""
@@ -64,18 +67,54 @@ def input_stats(call: AttentionCall) -> dict[str, float]:
     return stats
 
 
+def _bounds(call: AttentionCall, stats: dict[str, float]) -> list[tuple[str, float, str]]:
+    """P5's bounds (the module docstring) for finite inputs (``stats`` from
+    :func:`input_stats`): (what is bounded, its bound, the tensors that drive it)."""
+    bias = float(bias_bound(call.mask, call.q_len, call.kv_len))
+    return [
+        ("|W_q q_i|", stats["q"] * stats["w_q"] * call.q.shape[-1], "q, w_q"),
+        ("|W_k k_j|", stats["k"] * stats["w_k"] * call.k.shape[-1], "k, w_k"),
+        ("the scores", stats["w_v"] + bias, "w_v" + (", the mask's bias" if bias else "")),
+        ("the weighted sum of values", stats["v"] * call.kv_len, "v"),
+        (
+            "the tanh layer's gradient",
+            2 * (stats["v"] * call.v.shape[-1] + 1) * stats["w_v"],
+            "v, w_v",
+        ),
+    ]
+
+
 def overflow_risk(call: AttentionCall, dtype: torch.dtype, stats: dict[str, float]) -> bool:
     """True when finite inputs (``stats`` from :func:`input_stats`) could overflow ``dtype``
     (P5, the bound in the module docstring)."""
     limit = torch.finfo(dtype).max / OVERFLOW_MARGIN
-    bias = float(bias_bound(call.mask, call.q_len, call.kv_len))
-    return not (
-        stats["q"] * stats["w_q"] * call.q.shape[-1] < limit
-        and stats["k"] * stats["w_k"] * call.k.shape[-1] < limit
-        and stats["w_v"] + bias < limit
-        and stats["v"] * call.kv_len < limit
-        and 2 * (stats["v"] * call.v.shape[-1] + 1) * stats["w_v"] < limit
-    )
+    return not all(b < limit for _, b, _ in _bounds(call, stats))
+
+
+def _tensor_words(name: str, stats: dict[str, float]) -> str:
+    """``name`` with the statistic of it P5 reads, e.g. "q (max |entry| 1e+30)"."""
+    if name not in stats:
+        return name
+    what = "sum of |entries|" if name == "w_v" else "max |entry|"
+    return f"{name} ({what} {stats[name]:.3g})"
+
+
+def float64_reason(call: AttentionCall, stats: dict[str, float]) -> Float64Reason | None:
+    """Why an additive call computes in float64 (the first of P5's bounds it reaches), None when
+    it does not."""
+    dtype = compute_dtype(call.dtype)
+    if dtype == torch.float64 or not all(math.isfinite(x) for x in stats.values()):
+        return None  # non-finite inputs: the policy decides on their finite part (P6)
+    limit = torch.finfo(dtype).max / OVERFLOW_MARGIN
+    name = str(dtype).removeprefix("torch.")
+    for what, b, names in _bounds(call, stats):
+        if not b < limit:
+            return Float64Reason(
+                f"the bound of {what}, {b:.2g}, reaches {name}'s overflow limit ({limit:.2g})",
+                tuple(_tensor_words(n, stats) for n in names.split(", ")),
+                name,
+            )
+    return None
 
 
 def choose_dtype(call: AttentionCall, stats: dict[str, float]) -> torch.dtype:
@@ -112,13 +151,18 @@ def run_additive(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None
     the policy: non-finite inputs replaced by 0 before ``impl`` and the rows that read them set
     to NaN after (P6); the compute dtype chosen by P4/P5; results in the call's dtype."""
     stats = input_stats(call)
-    finite = all(math.isfinite(x) for x in stats.values()) and not stats["bias_bad"]
+    if stats["bias_bad"]:
+        raise refuse_nonfinite_bias()
+    finite = all(math.isfinite(x) for x in stats.values())
     work = call
     if not finite:
         q, k, v, w_q, w_k, w_v = (_finite_or_zero(t) for t in call.tensors())
         work = dataclasses.replace(call, q=q, k=k, v=v, w_q=w_q, w_k=w_k, w_v=w_v, _cache={})
         stats = input_stats(work)
-    out, weights = impl(work, choose_dtype(work, stats))
+    dtype = choose_dtype(work, stats)
+    if dtype == torch.float64 and call.dtype != torch.float64:
+        warn_float64(float64_reason(work, stats))  # once per process
+    out, weights = impl(work, dtype)
     out = out.to(call.dtype)
     weights = None if weights is None else weights.to(call.dtype)
     if not finite:
