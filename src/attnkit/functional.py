@@ -213,7 +213,13 @@ def explain_dispatch(
         reason = float64_reason(call)
     elif d.chosen is not None:
         reason = additive_policy.float64_reason(call, additive_policy.input_stats(call))
-    return Explanation(d.chosen, d.reasons, d.requested, None if reason is None else str(reason))
+    return Explanation(
+        d.chosen,
+        d.reasons,
+        d.requested,
+        d.notes,
+        precision=None if reason is None else str(reason),
+    )
 
 
 @dataclass(frozen=True)
