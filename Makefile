@@ -37,7 +37,7 @@ $(STAMP_DEV): requirements/dev.txt pyproject.toml | $(UV)
 # Regenerate the locks from pyproject.toml's ranges (newest releases that fit; see README).
 lock: | $(UV)
 	$(UV) pip compile requirements/uv.in --generate-hashes -o requirements/uv.txt
-	$(UV) pip compile pyproject.toml requirements/build.in --extra model $(LOCK_FLAGS) -o requirements/run.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra model --excludes requirements/run-excludes.in $(LOCK_FLAGS) -o requirements/run.txt
 	$(UV) pip compile pyproject.toml requirements/build.in --extra hf $(LOCK_FLAGS) -o requirements/hf.txt
 	$(UV) pip compile pyproject.toml requirements/build.in --extra dev --extra model --extra hf $(LOCK_FLAGS) -o requirements/dev.txt
 
