@@ -43,6 +43,9 @@ SCORE_LIMIT = torch.finfo(torch.float32).max / OVERFLOW_MARGIN
 """Largest |score| a float32 decode step accepts (policy P5's bound, applied to the scores)."""
 
 
+_ZERO = torch.zeros((1, 1, 1))
+
+
 def _grouped_mask(allowed: Tensor, batch: tuple[int, ...], groups: int) -> Tensor:
     """mb + (Lq, n) -> broadcastable to batch[:-1] + (G, g, Lq, n)."""
     nb = len(batch)
@@ -86,10 +89,11 @@ def attend(
     if keys.start or keys.stop < lk:
         k, v = k[..., keys.start : keys.stop, :], v[..., keys.start : keys.stop, :]
     g = heads // groups
-    qg = (q * scale).reshape(batch[:-1] + (groups, g * lq, q.shape[-1]))
     n, dv = k.shape[-2], v.shape[-1]
+    q3 = q.reshape(-1, g * lq, q.shape[-1])  # (N, g*Lq, dk): the g heads of a group as rows
     k3, v3 = _flat(k), _flat(v)  # (N, n, d): views for contiguous and cache-buffer layouts
-    s = torch.bmm(qg.reshape(-1, g * lq, q.shape[-1]), k3.transpose(1, 2))  # (N, g*Lq, n)
+    # s = scale * q kᵀ (beta = 0: the input's values are ignored, only its shape broadcasts)
+    s = torch.baddbmm(_ZERO, q3, k3.transpose(1, 2), beta=0.0, alpha=scale)  # (N, g*Lq, n)
     lo, hi = torch.aminmax(s)
     allowed = allowed_tile(mask, keys, lq, lk)
     row_ok = None
@@ -104,9 +108,9 @@ def attend(
     if row_ok is not None:
         out5 = out.view(batch[:-1] + (groups, g, lq, dv))
         out5.masked_fill_(~row_ok, 0.0)
-    # one sync: scores inside P5's bound, output finite (0 * inf and NaN give NaN)
-    check = torch.maximum(hi, -lo) + out.sum() * 0.0
-    if not float(check) < SCORE_LIMIT:
+    # one sync: scores inside P5's bound, output finite (a NaN or inf in it reaches its sum)
+    lo_f, hi_f, total = torch.stack([lo, hi, out.sum()]).tolist()
+    if not (-SCORE_LIMIT < lo_f and hi_f < SCORE_LIMIT and math.isfinite(total)):
         return None
     out = out.reshape(out_shape)
     return (out[0] if squeeze else out), keys
