@@ -20,7 +20,7 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS
-from attnkit.kernels.decode import DECODE_MAX_Q, DECODE_MIN_KV
+from attnkit.kernels.decode import DECODE_MAX_Q, DECODE_MIN_BYTES, DECODE_MIN_KV
 from tests.support import masks as S
 from tests.support.numerics import rel_err, to_np
 
@@ -218,17 +218,23 @@ def test_huge_scores_are_redone_in_float64():
     _close(got, _ref(q, k, v, None))
 
 
+LONG = max(DECODE_MIN_KV, DECODE_MIN_BYTES // (8 * 128 * 4)) + 1
+"""A cache of 8 heads, d = 64, long enough for ``auto`` to take ``decode``."""
+
+
 def test_dispatch_picks_decode_for_decode_shapes_and_names_it():
-    q, k, v = _qkv((1, 8), 1, DECODE_MIN_KV + 1, seed=13)
+    q, k, v = _qkv((1, 8), 1, LONG, d=64, dv=64, seed=13)
     with torch.no_grad():
         d = F.explain_dispatch(q, k, v, M.causal("bottom_right"))
     assert d.chosen == "decode"
     assert "decode" in str(d)
+    small = F.explain_dispatch(q[:, :1], k[:, :1], v[:, :1])  # one head: too few bytes
+    assert small.chosen != "decode"
+    assert any("MiB" in w for w in small.reasons["decode"]), small.reasons
 
 
 def test_dispatch_reasons_for_what_decode_declines():
-    lk = DECODE_MIN_KV + 1
-    q, k, v = _qkv((1, 8), DECODE_MAX_Q + 1, lk, seed=14)
+    q, k, v = _qkv((1, 8), DECODE_MAX_Q + 1, LONG, d=64, dv=64, seed=14)
     why = F.explain_dispatch(q, k, v).reasons["decode"]
     assert any("query rows" in w for w in why), why
     q1 = q[..., :1, :].clone().requires_grad_(True)
@@ -238,19 +244,20 @@ def test_dispatch_reasons_for_what_decode_declines():
     short = F.explain_dispatch(q[..., :1, :], k[..., :7, :], v[..., :7, :])
     assert short.chosen != "decode"
     assert any("SDPA" in w for w in short.reasons["decode"])
-    half = F.explain_dispatch(q[..., :1, :].double(), k.double(), v.double())
-    assert half.chosen != "decode"
+    wide = F.explain_dispatch(q[..., :1, :].double(), k.double(), v.double())
+    assert wide.chosen != "decode"
+    assert any("dtype" in w for w in wide.reasons["decode"])
 
 
 def test_gradients_go_to_a_backend_with_a_backward():
     """Decoding is inference: with inputs that require grad, auto takes another backend and the
-    gradients match the float64 reference's finite differences through that backend."""
-    q, k, v = _qkv((1, 2), 1, DECODE_MIN_KV + 3, seed=15)
+    gradient of q matches float64 autograd of the plain formula."""
+    q, k, v = _qkv((1, 8), 1, LONG, d=64, dv=64, seed=15)
     q.requires_grad_(True)
     out = F.scaled_dot_product_attention(q, k, v, M.causal("bottom_right"))
     out.sum().backward()
     q64 = q.detach().double().requires_grad_(True)
-    ref = torch.softmax(q64 @ k.double().transpose(-1, -2) / 4.0, -1) @ v.double()
+    ref = torch.softmax(q64 @ k.double().transpose(-1, -2) / 8.0, -1) @ v.double()
     ref.sum().backward()
     assert rel_err(q.grad, to_np(q64.grad)) < 1e-5
     assert "decode" in BACKENDS

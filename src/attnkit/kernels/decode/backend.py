@@ -13,10 +13,11 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 - no gradients: decoding is inference. A call whose inputs require grad goes to ``dense`` (the
   dispatcher's reason says so), as do ``return_weights`` and dropout.
 
-``backend="auto"`` takes it from DECODE_MIN_KV cached keys: below that, SDPA's lower fixed cost
-per call wins. The overflow policy is checked inside the step (:mod:`.kernel`); a step whose
-scores or output break it is redone by ``dense`` under the full policy (float64 when P5 asks, P6
-for NaN and inf), so the result always follows :mod:`attnkit.kernels.numerics`.
+``backend="auto"`` takes it from DECODE_MIN_KV cached keys holding DECODE_MIN_BYTES of k and v:
+below that, SDPA's lower fixed cost per call wins. The overflow policy is checked inside the
+step (:mod:`.kernel`); a step whose scores or output break it is redone by ``dense`` under the
+full policy (float64 when P5 asks, P6 for NaN and inf), so the result always follows
+:mod:`attnkit.kernels.numerics`.
 """
 
 from __future__ import annotations
@@ -30,15 +31,19 @@ from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.decode.kernel import attend
 from attnkit.kernels.dense import DenseBackend
 
-__all__ = ["DECODE_MAX_Q", "DECODE_MIN_KV", "DecodeBackend"]
+__all__ = ["DECODE_MAX_Q", "DECODE_MIN_BYTES", "DECODE_MIN_KV", "DecodeBackend"]
 
 DECODE_MAX_Q = 16
 """Most query rows a decode call has (a token, or a short block of draft tokens)."""
 
 DECODE_MIN_KV = 512
-"""Cached keys from which ``backend="auto"`` prefers ``decode`` to SDPA (``dense``): the
-crossover of the decode rows of ``benchmarks/bench_decode.py`` on a 2-core AVX-512 EPYC, where
-SDPA's smaller fixed cost per call wins below it. A named constant for the measured dispatch
+"""Cached keys from which ``backend="auto"`` may prefer ``decode`` to SDPA (``dense``)."""
+
+DECODE_MIN_BYTES = 2**21
+"""Bytes of k and v (as the call holds them) from which ``backend="auto"`` prefers ``decode``:
+below them SDPA's smaller fixed cost per call wins even with the policy's scan. The crossover
+measured on a 2-core AVX-512 EPYC (q (1, 8, 1, 64): decode ahead from Lk = 512, 2 MiB; q
+(1, 2, 4, 32): SDPA ahead up to Lk = 2048, 1 MiB). Named constants for the measured dispatch
 tuning to replace."""
 
 _UNSUPPORTED_OPTIONS = ("softcap", "sinks")
@@ -67,7 +72,13 @@ class DecodeBackend(Backend):
 
     def speed_reasons(self, call: AttentionCall) -> list[str]:
         if call.kv_len < DECODE_MIN_KV:
-            return [f"Lk = {call.kv_len} < {DECODE_MIN_KV} cached keys: SDPA is as fast there"]
+            return [f"Lk = {call.kv_len} < {DECODE_MIN_KV} cached keys: SDPA is faster there"]
+        size = (call.k.numel() + call.v.numel()) * call.k.element_size()
+        if size < DECODE_MIN_BYTES:
+            return [
+                f"k and v hold {size / 2**20:.2f} MiB < {DECODE_MIN_BYTES / 2**20:g} MiB: "
+                "SDPA's smaller fixed cost per call is faster there"
+            ]
         return []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
