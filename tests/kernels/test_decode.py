@@ -15,6 +15,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit import functional as F
 from attnkit import masks as M
@@ -261,3 +263,27 @@ def test_gradients_go_to_a_backend_with_a_backward():
     ref.sum().backward()
     assert rel_err(q.grad, to_np(q64.grad)) < 1e-5
     assert "decode" in BACKENDS
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    b=st.integers(1, 3),
+    g=st.sampled_from([1, 2, 4]),
+    rep=st.sampled_from([1, 2, 3]),
+    lq=st.integers(1, DECODE_MAX_Q),
+    lk=st.integers(1, 300),
+    left=st.one_of(st.none(), st.integers(0, 40)),
+    pad=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_random_decode_calls_match_the_reference(b, g, rep, lq, lk, left, pad, seed):
+    """Random grouped decode calls with bottom-right causal or window masks, and key padding."""
+    h = g * rep
+    q, k, v = _qkv((b, h), lq, lk, g=g, seed=seed)
+    spec = S.causal("bottom_right") if left is None else S.sliding_window(left, 0, "bottom_right")
+    if pad:
+        lengths = torch.randint(0, lk + 1, (b,), generator=_gen(seed)).tolist()
+        spec = spec & S.key_padding(lengths)
+    with torch.no_grad():
+        out = F.grouped_query_attention(q, k, v, spec.mask, backend="decode")
+    _close(out, _ref(q, k, v, S.ref_mask(spec, (b, h), lq, lk)))

@@ -10,17 +10,19 @@ a grouped cache is read once for all its query heads and never repeated::
     out = p @ v[..., keys, :]                          # one read of V
 
 ``keys`` is the range of keys the mask can allow (:mod:`.keys`): a sliding window reads only its
-window. Both products run on torch's threads, which split the keys of every (batch, head) pair
-between them (the row count of a decode step is too small to share otherwise): the scores are
-materialised, so the "combine partial softmaxes" step of flash-decoding is a softmax over the
-materialised row.
+window. Both products run on torch's threads as its batched matrix products share them out (the
+(batch, head) pairs, or the columns of one product); there is no explicit split of the keys
+(flash-decoding's split-K): with the scores materialised, a softmax over the whole row replaces
+the combination of partial softmaxes.
 
 The overflow policy (:mod:`attnkit.kernels.numerics`, P5/P6) is checked on what the step reads,
 inside the same pass, not by a separate scan of the cache: the scores are accepted only when
 every one of them is finite and below ``finfo(float32).max / OVERFLOW_MARGIN`` (the bound P5
 protects), and the output only when it is finite (a NaN or inf in V reaches it). Otherwise
-:func:`attend` returns None and the caller redoes the call the exact way. A row with no allowed
-key gives 0 (P1).
+:func:`attend` returns None and the caller redoes the call the exact way. A step whose scores
+are all inside the bound stays in float32 even where the policy's cheaper a-priori bound
+(max|q| max|k| d scale) would have chosen float64: the scores themselves show that nothing
+overflowed. A row with no allowed key gives 0 (P1).
 
 Shape legend: ``...`` leading batch dims, ``H``/``G`` query/key-value heads, ``g = H / G``,
 ``Lq``/``Lk`` lengths, ``n`` keys in range, ``dk``/``dv`` widths.
