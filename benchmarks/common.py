@@ -141,6 +141,33 @@ def measure_pair(
     )
 
 
+def sdpa_pair_times(q, k, v, calls: int, reps: int, gqa: bool = False, warmup: int = 1):
+    """(round times {"impl", "peer"}, max relative error): ``calls`` attnkit calls (``auto``;
+    ``grouped_query_attention`` when ``gqa``) against as many torch SDPA calls (``enable_gqa``)
+    on the same q, k, v per round, rounds interleaved, in inference mode."""
+    import torch
+    import torch.nn.functional as F
+
+    import attnkit
+    from attnkit import functional
+
+    ours_fn = functional.grouped_query_attention if gqa else attnkit.scaled_dot_product_attention
+    kw = dict(enable_gqa=True) if gqa else {}
+
+    def ours():
+        for _ in range(calls):
+            ours_fn(q, k, v)
+
+    def peer():
+        for _ in range(calls):
+            F.scaled_dot_product_attention(q, k, v, **kw)
+
+    with torch.inference_mode():
+        want = F.scaled_dot_product_attention(q, k, v, **kw).float()
+        err = max_rel_err(ours_fn(q, k, v).float(), want)
+        return interleaved_times({"impl": ours, "peer": peer}, warmup=warmup, reps=reps), err
+
+
 def spread(times: list[float]) -> float:
     """Relative spread of repeated timings: (upper quartile - lower quartile) / median; a noise
     gauge to print next to a median (0.05 = 5 %)."""

@@ -214,7 +214,7 @@ def test_update_size_positions_reset():
     k, v = c.update(k2, v2, 1)
     assert torch.equal(k, torch.cat([k1, k2], 2)) and torch.equal(v, torch.cat([v1, v2], 2))
     assert c.size == 5 and c.positions() == (5, 5)
-    with pytest.raises(ValueError, match="cache: the new keys"):
+    with pytest.raises(ValueError, match="k: the new keys"):
         c.update(k2[:1], v2[:1], 1)
     c.reset()
     assert c.k is None and c.size == c.seen == 0

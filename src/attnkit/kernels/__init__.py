@@ -9,12 +9,14 @@ from __future__ import annotations
 from attnkit.kernels.additive_fused import AdditiveFusedBackend
 from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.blocksparse import BlocksparseBackend
+from attnkit.kernels.decode import DecodeBackend
 from attnkit.kernels.dense import DenseBackend
 from attnkit.kernels.torch_math import MathBackend
 
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
+        DecodeBackend(),
         BlocksparseBackend(),
         DenseBackend(),
         AdditiveFusedBackend(),

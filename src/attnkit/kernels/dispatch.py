@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 PREFERENCE: dict[str, tuple[str, ...]] = {
-    "dot": ("blocksparse", "dense", "math"),
+    "dot": ("decode", "blocksparse", "dense", "math"),
     "additive": ("additive_fused", "math"),
 }
 """Per score kind, the order in which ``backend="auto"`` tries the backends."""

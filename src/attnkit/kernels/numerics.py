@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from attnkit.kernels import kv_bounds
 from attnkit.kernels.precision import Float64Reason, dot_reason, warn_float64
-from attnkit.kernels.scan import absmax3
+from attnkit.kernels.scan import absmax, absmax3
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnkit.kernels.base import AttentionCall
@@ -166,7 +167,11 @@ def input_scan(
 ) -> tuple[float, float, bool]:
     """(max|q|, max|k|, q, k and v all finite) for a dot-product call, from one exact pass per
     tensor (:func:`attnkit.kernels.scan.absmax3`; ``scan`` replaces it per tensor, e.g. by the
-    torch reference :func:`~attnkit.kernels.scan.absmax_torch` in tests)."""
+    torch reference :func:`~attnkit.kernels.scan.absmax_torch` in tests). k and v whose bounds a
+    cache keeps (:mod:`attnkit.kernels.kv_bounds`) are not read: only q is."""
+    if scan is None and (kv := kv_bounds.known(call.k, call.v)) is not None:
+        qm = absmax(call.q)  # a cache's keys and values: their bounds are kept, scan q only
+        return qm, kv.max_abs_k, math.isfinite(qm) and kv.finite
     if scan is None:  # with the scan plan dispatch remembered for the signature, if any
         qm, km, vm = absmax3(call.q, call.k, call.v, call._cache.get("scan-plan"))
     else:

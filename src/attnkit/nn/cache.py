@@ -31,9 +31,17 @@ import torch
 from torch import Tensor, nn
 
 from attnkit import checks
+from attnkit import tensor_checks as tc
+from attnkit.kernels import kv_bounds
+from attnkit.kernels.kv_bounds import RowBounds
 from attnkit.masks import Mask
 
-__all__ = ["DecoderCache", "DecoderLayerCache", "KVCache", "check_index"]
+__all__ = ["GROWTH", "DecoderCache", "DecoderLayerCache", "KVCache", "check_index"]
+
+GROWTH = 1.5
+"""A growing cache's buffer is enlarged to this many times the positions it must hold (at least
+MIN_ROOM more): appending a token then writes one row instead of copying the whole cache."""
+MIN_ROOM = 64
 
 
 def check_index(index: object, batch: int | None, name: str = "index") -> Tensor:
@@ -87,6 +95,13 @@ class KVCache:
     seen: int = 0
     owner_id: int | None = None
     _owner: weakref.ref | None = field(default=None, repr=False)
+    _rows: RowBounds | None = field(default=None, repr=False)
+    """max|k| and finiteness per batch row of what is cached (:class:`RowBounds`)."""
+    _handed: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
+    """The (k, v) the last update returned: when ``k``/``v`` are not these, they were set from
+    outside and the bounds are recomputed."""
+    _buffers: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
+    """(B, G, capacity, d) buffers that ``k`` and ``v`` are views of (None: not views)."""
 
     def __post_init__(self) -> None:
         self.static = checks.flag("static", self.static)
@@ -102,7 +117,13 @@ class KVCache:
         return self.size
 
     def claim(self, module: nn.Module) -> None:
-        """Make ``module`` the owner, or raise ``ValueError`` if another module owns the cache."""
+        """Make ``module`` the owner, or raise ``ValueError`` if another module owns the cache
+        (``TypeError`` when ``module`` is not a ``torch.nn.Module``)."""
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"module: expected the torch.nn.Module that uses this cache, "
+                f"got {checks.show(module)} ({type(module).__name__})"
+            )
         owner = None if self._owner is None else self._owner()
         if owner is module:
             return
@@ -174,37 +195,113 @@ class KVCache:
         seen; return everything cached, (B, G, L + Ln, dk) and (B, G, L + Ln, dv).
 
         A static cache stores k and v at its first update and afterwards returns them
-        unchanged (pass None for k and v then)."""
+        unchanged (pass None for k and v then). A growing cache writes the new rows into a
+        buffer with room to spare (:data:`GROWTH`) and returns views of it, unless gradients
+        flow through the cache (then it concatenates). It keeps max|k| and the finiteness of k
+        and v per batch row, from the new rows only, for the overflow policy
+        (:mod:`attnkit.kernels.kv_bounds`). TypeError / ValueError naming ``k``, ``v`` or
+        ``q_len`` for bad input, before the cache changes."""
         q_len = checks.nonnegative_int("q_len", q_len)
         if self.static and self.k is not None:
             self.seen += q_len
             return self.k, self.v
         if k is None or v is None:
             raise ValueError("cache: expected new keys and values for an empty or growing cache")
-        if self.k is not None:
-            for name, new, old in (("key", k, self.k), ("value", v, self.v)):
-                if new.shape[:2] != old.shape[:2] or new.shape[-1] != old.shape[-1]:
-                    raise ValueError(
-                        f"cache: the new {name}s have shape {tuple(new.shape)} (B, G, Ln, d) but "
-                        f"the cached ones {tuple(old.shape)}; batch, heads and width must match"
-                    )
-            k, v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
-        self.k, self.v = k, v
+        self._check_new(k, v)
+        rows = self._row_bounds()
+        if self.k is None:
+            self.k, self.v = k, v
+            self._rows = RowBounds.of(k, v)
+        else:
+            self._rows = rows.extend(k, v)
+            self.k, self.v = self._append(k, v)
+        self._handed = (self.k, self.v)
+        kv_bounds.remember(self.k, self.v, self._rows.bounds())
         self.seen += q_len
-        return k, v
+        return self.k, self.v
+
+    def _check_new(self, k: object, v: object) -> None:
+        """New keys and values: floating 4-d tensors (B, G, Ln, d) with one Ln, and the batch,
+        heads, widths, dtype and device of what is cached."""
+        k, v = tc.floating_tensor("k", k), tc.floating_tensor("v", v)
+        tc.like("v", v, k, "k")
+        for name, t, d in (("k", k, "dk"), ("v", v, "dv")):
+            if t.dim() != 4:
+                raise ValueError(
+                    f"{name}: expected 4 dims (B, G, Ln, {d}), got shape {tuple(t.shape)}"
+                )
+        if v.shape[:3] != k.shape[:3]:
+            raise ValueError(
+                f"v: expected (B, G, Ln) = {tuple(k.shape[:3])} like k, got {tuple(v.shape)}"
+            )
+        if self.k is None:
+            return
+        for name, new, old in (("k", k, self.k), ("v", v, self.v)):
+            tc.like(name, new, old, "the cached " + ("keys" if name == "k" else "values"))
+            if new.shape[:2] != old.shape[:2] or new.shape[-1] != old.shape[-1]:
+                raise ValueError(
+                    f"{name}: the new {'key' if name == 'k' else 'value'}s have shape "
+                    f"{tuple(new.shape)} (B, G, Ln, d) but the cached ones {tuple(old.shape)}; "
+                    "batch, heads and width must match"
+                )
+
+    def _row_bounds(self) -> RowBounds | None:
+        """The per-row bounds of what is cached; recomputed (one scan) when k or v were set
+        from outside since the last update (e.g. ``LMCache.keep_last``)."""
+        if self.k is None:
+            return None
+        handed, rows = self._handed, self._rows
+        if rows is None or handed is None or handed[0] is not self.k or handed[1] is not self.v:
+            rows = self._rows = RowBounds.of(self.k, self.v)
+            self._buffers = None  # not views of our buffers any more
+        return rows
+
+    def _append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Everything cached with k, v appended: views of the buffers (grown when full), or a
+        concatenation when gradients flow through the cache."""
+        old_k, old_v = self.k, self.v
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (k, v, old_k, old_v))
+        if grad:
+            return torch.cat([old_k, k], dim=-2), torch.cat([old_v, v], dim=-2)
+        n, m = old_k.shape[-2], old_k.shape[-2] + k.shape[-2]
+        bufs = self._buffers
+        if (
+            bufs is None
+            or bufs[0].shape[-2] < m
+            or (bufs[0].is_inference() and not torch.is_inference_mode_enabled())
+        ):
+            room = max(m + MIN_ROOM, int(m * GROWTH))
+            bufs = tuple(t.new_empty(t.shape[:2] + (room, t.shape[-1])) for t in (old_k, old_v))
+            bufs[0][:, :, :n].copy_(old_k)
+            bufs[1][:, :, :n].copy_(old_v)
+            self._buffers = bufs
+        bufs[0][:, :, n:m].copy_(k)
+        bufs[1][:, :, n:m].copy_(v)
+        return bufs[0][:, :, :m], bufs[1][:, :, :m]
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search): ``k = k[index]``, ``v = v[index]``; index (B',)
-        int64 rows in [0, B) (TypeError / ValueError otherwise, see :func:`check_index`)."""
+        int64 rows in [0, B) (TypeError / ValueError otherwise, see :func:`check_index`). The
+        kept bounds are selected with them (exact)."""
         index = check_index(index, None if self.k is None else int(self.k.shape[0]))
         if self.k is not None:
+            rows = self._row_bounds().select(index.to(self.k.device))
             self.k = self.k.index_select(0, index.to(self.k.device))
             self.v = self.v.index_select(0, index.to(self.v.device))
+            self._rows, self._handed, self._buffers = rows, (self.k, self.v), None
+            kv_bounds.remember(self.k, self.v, rows.bounds())
+
+    def bounds(self) -> kv_bounds.KVBounds | None:
+        """max|k| and the finiteness of k and v over everything cached (None while empty), as
+        the overflow policy reads them; kept from the appended rows, never a full scan."""
+        rows = self._row_bounds()
+        return None if rows is None else rows.bounds()
 
     def reset(self) -> None:
         """Forget the cached keys and values (ownership is kept)."""
         self.k = self.v = None
         self.seen = 0
+        self._rows = self._handed = self._buffers = None
 
 
 @dataclass(eq=False)

@@ -1,0 +1,91 @@
+"""``decode``: a few query rows against a long key/value cache (generation), K and V read once.
+
+What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_supported_reasons`):
+
+- Lq <= DECODE_MAX_Q query rows (a generated token, or a short speculative block). Longer query
+  blocks are prefill: ``blocksparse`` and ``dense`` are faster there.
+- float32 on CPU (bfloat16, float16 and float64 go to ``dense``, which follows P4/P5 for them).
+- grouped k/v heads without repeating them (``supports_gqa``).
+- masks without a score bias: causal and sliding windows (bottom-right aligned for a cache; any
+  alignment works), key padding (lengths or a ``key_padding_mask``), their intersections, and any
+  other mask without a bias (evaluated on the (Lq, keys) tile). A bias (ALiBi, float masks) goes
+  to ``dense``; so do softcapping and attention sinks.
+- no gradients: decoding is inference. A call whose inputs require grad goes to ``dense`` (the
+  dispatcher's reason says so), as do ``return_weights`` and dropout.
+
+``backend="auto"`` takes it from DECODE_MIN_KV cached keys holding DECODE_MIN_BYTES of k and v:
+below that, SDPA's lower fixed cost per call wins. The overflow policy is checked inside the
+step (:mod:`.kernel`); a step whose scores or output break it is redone by ``dense`` under the
+full policy (float64 when P5 asks, P6 for NaN and inf), so the result always follows
+:mod:`attnkit.kernels.numerics`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.decode.kernel import attend
+from attnkit.kernels.dense import DenseBackend
+
+__all__ = ["DECODE_MAX_Q", "DECODE_MIN_BYTES", "DECODE_MIN_KV", "DecodeBackend"]
+
+DECODE_MAX_Q = 16
+"""Most query rows a decode call has (a token, or a short block of draft tokens)."""
+
+DECODE_MIN_KV = 512
+"""Cached keys from which ``backend="auto"`` may prefer ``decode`` to SDPA (``dense``)."""
+
+DECODE_MIN_BYTES = 2**21
+"""Bytes of k and v (as the call holds them) from which ``backend="auto"`` prefers ``decode``:
+below them SDPA's smaller fixed cost per call wins even with the policy's scan. The crossover
+measured on a 2-core AVX-512 EPYC (q (1, 8, 1, 64): decode ahead from Lk = 512, 2 MiB; q
+(1, 2, 4, 32): SDPA ahead up to Lk = 2048, 1 MiB). Named constants for the measured dispatch
+tuning to replace."""
+
+_UNSUPPORTED_OPTIONS = ("softcap", "sinks")
+"""Call options (of newer attention calls) this backend does not implement."""
+
+
+class DecodeBackend(Backend):
+    name = "decode"
+    kinds = ("dot",)
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32,)
+    devices = ("cpu",)
+    supports_grad = False
+    supports_bias = False
+    supports_gqa = True
+
+    def extra_reasons(self, call: AttentionCall) -> list[str]:
+        r = []
+        if call.q_len > DECODE_MAX_Q:
+            r.append(f"Lq = {call.q_len} query rows: decode serves at most {DECODE_MAX_Q}")
+        for opt in _UNSUPPORTED_OPTIONS:
+            if getattr(call, opt, None) is not None:
+                r.append(f"no {opt}")
+        if call.k.shape[-1] != call.q.shape[-1]:
+            r.append("k and q have different widths")
+        return r
+
+    def speed_reasons(self, call: AttentionCall) -> list[str]:
+        if call.kv_len < DECODE_MIN_KV:
+            return [f"Lk = {call.kv_len} < {DECODE_MIN_KV} cached keys: SDPA is faster there"]
+        size = (call.k.numel() + call.v.numel()) * call.k.element_size()
+        if size < DECODE_MIN_BYTES:
+            return [
+                f"k and v hold {size / 2**20:.2f} MiB < {DECODE_MIN_BYTES / 2**20:g} MiB: "
+                "SDPA's smaller fixed cost per call is faster there"
+            ]
+        return []
+
+    def run(self, call: AttentionCall) -> tuple[Tensor, None]:
+        res = attend(call.q, call.k, call.v, call.mask, call.scale)
+        if res is None:  # the scores or the output broke the policy: redo it the exact way
+            return _EXACT.run(call)
+        return res[0], None
+
+
+_EXACT = DenseBackend()
