@@ -284,7 +284,7 @@ BAD_INPUTS = [
     (["explain", "x", "--model", "{cfg}", "--word", "x"], "config.json: not valid JSON"),
     (["explain", "x", "--model", "{weights}", "--word", "x"], "not a valid safetensors file"),
     (["explain", "x", "--model", "/nonexistent/model", "--word", "x"], "--model: "),
-    (["explain", "x", "--model", "default"], "--word is required"),
+    (["explain", "x", "--model", "default", "--word", "zz"], "--word: 'zz' is not in the text"),
     (["explain", "--example", "seed004", "--word", "on"], "--word cannot be used"),
     (["nosuchverb"], "invalid choice"),
     (["info", "--json", "extra"], "unrecognized arguments"),

@@ -1,11 +1,12 @@
 """The ``--model`` option of ``attnkit view`` and ``attnkit explain``: which model, and its
 attention weights on a text.
 
-``default``, or a directory whose config says ``model_type: bert``, runs on attnkit's own BERT
-(:class:`attnkit.models.bert.BertModel`: fast, no transformers needed). Any other model
-(a directory saved by transformers, or a model name in the local Hugging Face cache) runs in
-transformers with attnkit's attention (:mod:`attnkit.integrations.hf_attentions`). Both give
-the same :class:`~attnkit.integrations.hf_attentions.ModelAttentions`.
+``default``, or a directory whose config says ``model_type: bert`` (or no model type), runs
+on attnkit's own BERT (:class:`attnkit.models.bert.BertModel`: fast, no transformers needed).
+Any other model (a directory saved by transformers, or a model name in the local Hugging Face
+cache) runs in transformers with attnkit's attention
+(:mod:`attnkit.integrations.hf_attentions`). Both give the same
+:class:`~attnkit.integrations.hf_attentions.ModelAttentions`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def choose(model: str, download: bool = False) -> ChosenModel:
     with option_names(_NAMES):
         located = locate_model(model, download=download)
         kind = "bert" if model == "default" else model_type(located.path)
-        if kind == "bert":
+        if kind in ("bert", ""):  # no model_type: transformers cannot load it; attnkit's BERT may
             from attnkit.models.bert import BertModel
 
             native = BertModel.from_pretrained(located.path)

@@ -9,7 +9,6 @@ name), else the directory's name.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,16 +102,9 @@ def locate_model(model: str | Path, *, download: bool = False) -> LocatedModel:
 
 
 def model_type(path: Path) -> str:
-    """The ``model_type`` of ``path/config.json`` ("" when absent). ValueError / FileNotFoundError
-    naming the file when it is missing or not a JSON object."""
-    config = path / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(f"model: {str(path)!r} has no config.json (not a model directory)")
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"model: {config} is not a JSON file ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"model: {config} is not a JSON object")
-    kind = data.get("model_type", "")
+    """The ``model_type`` of ``path/config.json`` ("" when absent). FileNotFoundError /
+    ValueError naming the file when it is missing or not a JSON object."""
+    from attnkit.models.hf_loading import read_json_object
+
+    kind = read_json_object(path / "config.json").get("model_type", "")
     return kind if isinstance(kind, str) else ""
