@@ -49,19 +49,20 @@ def choose(model: str, download: bool = False) -> ChosenModel:
     with option_names(_NAMES):
         located = locate_model(model, download=download)
         kind = "bert" if model == "default" else model_type(located.path)
-        if kind in ("bert", ""):  # no model_type: transformers cannot load it; attnkit's BERT may
-            from attnkit.models.bert import BertModel
-
-            native = BertModel.from_pretrained(located.path)
-            return ChosenModel(located.name, native, None)
         try:
+            if kind in ("bert", ""):  # no model_type: transformers cannot load it; our BERT may
+                from attnkit.models.bert import BertModel
+
+                return ChosenModel(located.name, BertModel.from_pretrained(located.path), None)
             from attnkit.integrations.hf_attentions import load_model
-        except ImportError as e:  # pragma: no cover - transformers missing
+
+            return ChosenModel(located.name, None, load_model(located.path, name=located.name))
+        except ImportError as e:
+            extra = "model" if kind in ("bert", "") else "hf"
             raise UsageError(
-                f"--model: a {kind or 'non-BERT'} model needs HuggingFace transformers "
-                f"(pip install 'attnkit[hf]'): {e}"
+                f"--model: a {kind or 'BERT'} model needs packages this installation lacks "
+                f"({e}); install them with: pip install 'attnkit[{extra}]'"
             ) from e
-        return ChosenModel(located.name, None, load_model(located.path, name=located.name))
 
 
 def attentions(chosen: ChosenModel, text: str) -> Any:

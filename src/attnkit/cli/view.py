@@ -40,7 +40,7 @@ examples:
   attnkit view "The animal didn't cross the street because it was too tired" -o view.html
   attnkit view --file notes.txt --model path/to/bert-dir -o notes.html
   attnkit view "The cat sat on the mat" --model path/to/gpt2-dir -o gpt2.html
-  attnkit view "I am cold." --model Helsinki-NLP/opus-mt-en-fr -o translation.html
+  attnkit view "translate English to French: I am cold." --model google-t5/t5-small -o t5.html
   attnkit view "the cat sat on the mat" --layers 4-5 --heads 0,3,7 -o subset.html
 """
 

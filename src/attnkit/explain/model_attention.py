@@ -179,7 +179,8 @@ def locate_word(
 ) -> WordPosition:
     """Find ``word`` in ``text`` by characters (whole words; case-insensitive when it does not
     occur with this case) and map it to tokens through their character ``offsets`` (L): for
-    any tokenizer (WordPiece, byte-level BPE, SentencePiece).
+    any tokenizer (WordPiece, byte-level BPE, SentencePiece). A tokenizer that gives no offsets
+    (all (0, 0)) is matched on whole token texts instead, ignoring case.
 
     Raises:
         ValueError: the word is not in the text or not in the tokens the model read (a cut
@@ -194,6 +195,10 @@ def locate_word(
     if not found:
         found = [m.start() for m in re.finditer(pattern, text, flags=re.IGNORECASE)]
     spans = []
+    if all(a == b == 0 for a, b in offsets):  # a tokenizer without offsets: match token texts
+        key = w.casefold()
+        found = []
+        spans = [[i] for i, t in enumerate(tokens) if t.casefold() == key and not special[i]]
     for c in found:
         covered = [
             i
