@@ -125,6 +125,10 @@ function fail(err) {
 function buildSections() {
   if (SECTIONS.length < 2) return;
   const nav = $("sections");
+  const lead = document.createElement("span");
+  lead.className = "hint";
+  lead.textContent = "attention:";
+  nav.appendChild(lead);
   SECTIONS.forEach((sec, n) => {
     const b = document.createElement("button");
     b.type = "button";
