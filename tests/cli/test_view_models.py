@@ -87,7 +87,7 @@ def test_layers_out_of_range_and_missing_models_are_one_line(saved, capsys, tmp_
             "--layers: expected indices in [0, 1]",
         ),
         (["--model", "no-such-model-anywhere"], "add --download"),
-        (["--model", str(tmp_path)], "has no config.json"),
+        (["--model", str(tmp_path)], "config.json: file not found"),
     ]
     for extra, words in cases:
         out = tmp_path / "x.html"
@@ -119,3 +119,28 @@ def test_a_cached_model_name_is_found_without_downloading(saved, tmp_path):
     meta, [(_, got)] = decode_sections(out.read_text(encoding="utf-8"))
     assert meta["title"].startswith("tiny-org/tiny-gpt: ")
     close(got, eager_attentions(saved["gpt2"], TEXT)["self"])
+
+
+def test_a_model_attnkit_cannot_serve_is_a_one_line_error(capsys, tmp_path):
+    """Gemma 2's attention-logit softcapping: refused in one line naming the feature, never a
+    traceback, never a silent fallback to another attention."""
+    import torch
+    import transformers as tf
+    from support.tiny_hf_dirs import tokenizer_of
+
+    torch.manual_seed(0)
+    cfg = tf.Gemma2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=4,
+        attn_logit_softcapping=50.0, final_logit_softcapping=None, query_pre_attn_scalar=8,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=1,
+    )  # fmt: skip
+    path = tmp_path / "tiny-gemma2"
+    tf.Gemma2ForCausalLM(cfg).save_pretrained(path)
+    tokenizer_of("gpt").save_pretrained(path)
+    for verb in (["view", "-o", str(tmp_path / "g.html")], ["explain"]):
+        assert main([verb[0], TEXT, "--model", str(path), *verb[1:]]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+        assert "tiny-gemma2 cannot be shown" in err and "softcapping" in err, err
+    assert not (tmp_path / "g.html").exists()

@@ -58,7 +58,8 @@ _STYLES = {  # (special tokens in id order, the template around a text, their na
 }
 
 
-def _tok(style: str) -> tf.PreTrainedTokenizerFast:
+def tokenizer_of(style: str) -> tf.PreTrainedTokenizerFast:
+    """A word-level tokenizer of one style: "bert", "bart", "t5" or "gpt"."""
     specials, single, names = _STYLES[style]
     return _tokenizer(specials, single, **names)
 
@@ -79,47 +80,47 @@ def _build(kind: str):
         activation_dropout=0.0,
     )  # fmt: skip
     if kind == "bert":
-        return tf.BertForMaskedLM(tf.BertConfig(pad_token_id=0, **bert_like)), _tok("bert")
+        return tf.BertForMaskedLM(tf.BertConfig(pad_token_id=0, **bert_like)), tokenizer_of("bert")
     if kind == "roberta":
         cfg = tf.RobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, **bert_like)
-        return tf.RobertaForMaskedLM(cfg), _tok("bart")
+        return tf.RobertaForMaskedLM(cfg), tokenizer_of("bart")
     if kind == "distilbert":
         cfg = tf.DistilBertConfig(
             vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48,
             max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, pad_token_id=0,
         )  # fmt: skip
-        return tf.DistilBertForMaskedLM(cfg), _tok("bert")
+        return tf.DistilBertForMaskedLM(cfg), tokenizer_of("bert")
     if kind == "gpt2":
         cfg = tf.GPT2Config(
             vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0,
             embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=1, pad_token_id=0,
         )  # fmt: skip
-        return tf.GPT2LMHeadModel(cfg), _tok("gpt")
+        return tf.GPT2LMHeadModel(cfg), tokenizer_of("gpt")
     if kind == "llama":
         cfg = tf.LlamaConfig(
             vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
             pad_token_id=0, bos_token_id=1, eos_token_id=1, attention_dropout=0.0,
         )  # fmt: skip
-        return tf.LlamaForCausalLM(cfg), _tok("gpt")
+        return tf.LlamaForCausalLM(cfg), tokenizer_of("gpt")
     if kind == "bart":
         cfg = tf.BartConfig(
             pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
             forced_eos_token_id=None, **seq2seq,
         )  # fmt: skip
-        return tf.BartForConditionalGeneration(cfg), _tok("bart")
+        return tf.BartForConditionalGeneration(cfg), tokenizer_of("bart")
     if kind == "marian":
         cfg = tf.MarianConfig(
             pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=None,
             **seq2seq,
         )  # fmt: skip
-        return tf.MarianMTModel(cfg), _tok("t5")
+        return tf.MarianMTModel(cfg), tokenizer_of("t5")
     if kind == "t5":
         cfg = tf.T5Config(
             vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
             dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
         )  # fmt: skip
-        return tf.T5ForConditionalGeneration(cfg), _tok("t5")
+        return tf.T5ForConditionalGeneration(cfg), tokenizer_of("t5")
     raise ValueError(kind)
 
 

@@ -48,6 +48,12 @@ def choose(model: str, download: bool = False) -> ChosenModel:
 
     with option_names(_NAMES):
         located = locate_model(model, download=download)
+        config = located.path / "config.json"
+        if not config.exists():
+            raise UsageError(
+                f"--model: {config}: file not found ({str(located.path)!r} is not a model "
+                "directory saved by save_pretrained)"
+            )
         kind = "bert" if model == "default" else model_type(located.path)
         try:
             if kind in ("bert", ""):  # no model_type: transformers cannot load it; our BERT may
@@ -79,7 +85,11 @@ def attentions(chosen: ChosenModel, text: str) -> Any:
         try:
             return model_attentions(chosen.hf, text)
         except UnsupportedFeatureError as e:  # a feature attnkit's attention does not serve
-            raise UsageError(f"--model: {chosen.name}: {' '.join(str(e).split())}") from e
+            why = " ".join(str(e).split()).split("; use attn_implementation")[0]
+            raise UsageError(
+                f"--model: {chosen.name} cannot be shown: view and explain run transformers "
+                f"models with attnkit's attention, and {why}"
+            ) from e
     import torch
 
     model = chosen.native
