@@ -116,3 +116,11 @@ def test_default_model_line_names_it(capsys):
     report = json.loads(out)
     assert report["model"] == "all-MiniLM-L6-v2"
     assert report["tokens"][0] == "[CLS]" and len(report["rows"]) == len(report["tokens"])
+
+
+def test_bad_top_k_is_refused_before_any_file_is_written(saved, capsys, tmp_path):
+    png = tmp_path / "never.png"
+    code = main(["explain", TEXT, "--model", str(saved["gpt2"]), "--top-k", "0", "--png", str(png)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.endswith("--top-k: expected a positive int, got 0"), err
+    assert not png.exists()

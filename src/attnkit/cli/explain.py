@@ -218,10 +218,12 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
     """--model: what the model attends to, for --word or (without it) for every token."""
     if sentence is None:
         raise UsageError("--model: give the SENTENCE to run through the model")
+    from attnkit.checks import positive_int
     from attnkit.cli import model_attentions as ma
     from attnkit.explain import model_attention as mat
     from attnkit.explain import token_attention as tat
 
+    positive_int("top_k", ns.top_k)  # before any work
     chosen = ma.choose(ns.model, ns.download)
     result = ma.attentions(chosen, sentence)
     section = result.sections[0]  # self-attention; an encoder-decoder's encoder
