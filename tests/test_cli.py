@@ -322,7 +322,7 @@ BAD_INPUTS = [
     (["explain", "x", "--model", "{cfg}", "--word", "x"], "config.json: not valid JSON"),
     (["explain", "x", "--model", "{weights}", "--word", "x"], "not a valid safetensors file"),
     (["explain", "x", "--model", "/nonexistent/model", "--word", "x"], "--model: "),
-    (["explain", "x", "--model", "default"], "--word is required"),
+    (["explain", "x", "--model", "default", "--word", "zz"], "--word: 'zz' is not in the text"),
     (["explain", "--example", "bahdanau-vs-dot", "--word", "on"], "--word cannot be used"),
     (["explain", "--top-k", "0"], "--top-k: only works with --model"),
     (["explain", "a b", "--top-k", "5"], "--top-k: only works with --model"),

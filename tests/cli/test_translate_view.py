@@ -59,10 +59,16 @@ def test_translate_view_writes_the_cross_attention(capsys, tmp_path):
     meta, weights = decode_weights(doc)
     loaded = session.load(run_dir)
     src_ids, tgt_ids = seq2seq_example(loaded.tokenizer, "1 2 3", translation)
+    produced = [loaded.tokenizer.id_to_token(i) for i in tgt_ids[1:]]  # the output, then [EOS]
     tgt_ids = tgt_ids[:-1]  # teacher forcing: [BOS] + the translation
     assert meta["cross"] is True
     assert meta["shape"] == [2, 2, len(tgt_ids), len(src_ids)]
-    assert meta["k_tokens"][:3] == ["1", "2", "3"] and meta["q_tokens"][0] == "[BOS]"
+    assert meta["k_tokens"][:3] == ["1", "2", "3"]
+    # row t is labelled with the token step t produced (not with the token it read)
+    assert meta["q_tokens"] == produced and produced[-1] == "[EOS]"
+    assert meta["q_tokens"][:-1] == translation.split()
+    assert "produced output token t" in meta["note"]
+    assert meta["layers"] == ["0", "1"]  # the page adds "layer": no "layer decoder layer 0"
     ref = cross_weights(loaded.model.eval(), src_ids, tgt_ids)
     bound = ref.max(-1, keepdims=True) / 510 + 1e-6  # 8-bit storage, documented bound m/510
     assert np.all(np.abs(weights - ref) <= bound)

@@ -51,18 +51,32 @@ def parts(doc: str) -> dict:
     return out
 
 
-def decode_weights(doc: str) -> tuple[dict, np.ndarray]:
-    """Read the stored weights back following the format documented in attnkit.viz.encoding."""
-    p = parts(doc)
-    meta = json.loads(p["attnkit-meta"])
-    blob = base64.b64decode(p["attnkit-data"])
+def _decode(meta: dict, blob: bytes, bits: int) -> np.ndarray:
     n, h, lq, lk = meta["shape"]
-    q = (1 << meta["bits"]) - 1
-    dtype = np.uint8 if meta["bits"] == 8 else np.dtype("<u2")
+    q = (1 << bits) - 1
+    dtype = np.uint8 if bits == 8 else np.dtype("<u2")
     out = np.empty((n, h, lq, lk))
     for idx, (off, length) in enumerate(meta["blocks"]):
         raw = zlib.decompress(blob[off : off + length])
         m = np.frombuffer(raw[: 4 * lq], "<f4").astype(np.float64)
         codes = np.frombuffer(raw[4 * lq :], dtype).reshape(lq, lk)
         out[idx // h, idx % h] = m[:, None] * codes / q
-    return meta, out
+    return out
+
+
+def decode_weights(doc: str) -> tuple[dict, np.ndarray]:
+    """Read the stored weights back following the format documented in attnkit.viz.encoding."""
+    p = parts(doc)
+    meta = json.loads(p["attnkit-meta"])
+    blob = base64.b64decode(p["attnkit-data"])
+    return meta, _decode(meta, blob, meta["bits"])
+
+
+def decode_sections(doc: str) -> tuple[dict, list[tuple[dict, np.ndarray]]]:
+    """A page of several sections (``meta["sections"]``; a one-section page as one):
+    (the page's metadata, [(each section's metadata, its weights)])."""
+    p = parts(doc)
+    meta = json.loads(p["attnkit-meta"])
+    blob = base64.b64decode(p["attnkit-data"])
+    sections = meta.get("sections", [meta])
+    return meta, [(s, _decode(s, blob, meta["bits"])) for s in sections]

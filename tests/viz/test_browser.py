@@ -1,5 +1,6 @@
 """attnkit.viz.html in a real browser: Debian's ``chromium`` driven by Playwright (never a
-downloaded browser). One browser for the whole module.
+downloaded browser). One browser for the whole module (``tests/viz/conftest.py``; the page
+handle and helpers are in ``tests/support/browser.py``).
 
 Checked on every page: no console error, no page error, no dialog, and no request other than
 the file itself. Then: it opens fast (6 layers x 12 heads at 512 tokens), another layer/head
@@ -14,167 +15,15 @@ saying which is missing.
 from __future__ import annotations
 
 import re
-import shutil
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
-import pytest
 import torch
+from support.browser import assert_weight, hover_cell, structured
 
 from attnkit.viz import html
 
-CHROMIUM = shutil.which("chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 OPEN_BUDGET_MS = 2000  # the issue's promise for 6 layers x 12 heads at 512 tokens
-
-
-def softmax(s: np.ndarray) -> np.ndarray:
-    s = s - s.max(-1, keepdims=True)
-    np.exp(s, out=s)
-    s /= s.sum(-1, keepdims=True)
-    return s.astype(np.float32)
-
-
-def structured(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    """Attention-like weights: a local band, a sink on key 0, noise; a different pattern per
-    head (the band's width and offset change with the head index); every third head is
-    diffuse (near-uniform rows), which compresses worst, as in real models."""
-    *lead, lq, lk = shape
-    rng = np.random.default_rng(seed)
-    i = np.arange(lq)[:, None]
-    j = np.arange(lk)[None, :]
-    heads = int(np.prod(lead)) if lead else 1
-    out = np.empty((heads, lq, lk), np.float32)
-    for h in range(heads):
-        width = 2.0 + 3 * (h % 5)
-        noise = rng.standard_normal((lq, lk)).astype(np.float32)
-        if h % 3 == 2:
-            s = 0.5 * noise
-        else:
-            s = -np.abs(i - j + (h % 3)) / width + noise
-            s[:, 0] += 2.0 * (h % 2)
-        out[h] = softmax(s.astype(np.float32))
-    return out.reshape(shape)
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if CHROMIUM is None:
-        pytest.skip(
-            "Debian's chromium is not on PATH (scripts/install-browser.sh installs it with "
-            "apt-get; it needs root)"
-        )
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright (Python) is not installed: pip install -e '.[dev]'")
-    pw = sync_playwright().start()
-    try:
-        ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1100, "height": 800},
-        )
-    except Exception:
-        pw.stop()
-        raise
-    yield ctx
-    ctx.close()
-    pw.stop()
-
-
-@dataclass
-class Page:
-    page: object
-    url: str
-    errors: list[str] = field(default_factory=list)
-    requests: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-
-    def check_clean(self) -> None:
-        assert self.errors == [], self.errors
-        assert self.dialogs == [], self.dialogs
-        assert self.requests == [self.url], self.requests  # the file itself, nothing else
-
-    def js(self, code: str, arg=None):
-        return self.page.evaluate(code, arg)
-
-    def wait_drawn(self, state: str, timeout: float = 15_000) -> None:
-        self.page.wait_for_function(
-            "s => document.body.dataset.drawn === s", arg=state, timeout=timeout
-        )
-
-    def pixels(self, canvas: str) -> str:
-        return self.js(f"document.getElementById('{canvas}').toDataURL()")
-
-
-@pytest.fixture
-def open_page(browser, tmp_path):
-    pages = []
-
-    def _open(doc: str, name: str = "view.html") -> Page:
-        path = tmp_path / name
-        path.write_text(doc, encoding="utf-8")
-        page = browser.new_page()
-        p = Page(page, path.as_uri())
-        page.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: p.errors.append(str(e)))
-        page.on("request", lambda r: p.requests.append(r.url))
-
-        def on_dialog(d):
-            p.dialogs.append(d.message)
-            d.dismiss()
-
-        page.on("dialog", on_dialog)
-        page.goto(p.url)
-        page.wait_for_function("document.body.dataset.drawn !== undefined", timeout=20_000)
-        pages.append(p)
-        return p
-
-    yield _open
-    for p in pages:
-        p.page.close()
-
-
-def hover_cell(p: Page, i: int, j: int, slack: int = 0) -> dict:
-    """Move the mouse over matrix cell (i, j); the readout once it shows a cell within
-    ``slack`` rows/columns of it (0 = exactly it; when a cell is narrower than a pixel the
-    pointer cannot always land on it)."""
-    p.js(
-        "() => { const d = document.getElementById('m-readout').dataset; delete d.q; delete d.k; }"
-    )
-    pt = p.js("([i, j]) => attnkitView.cellPoint(i, j)", [i, j])
-    p.page.mouse.move(pt["x"], pt["y"])
-    p.page.wait_for_function(
-        "([i, j, s]) => { const d = document.getElementById('m-readout').dataset;"
-        " return d.q !== undefined && Math.abs(Number(d.q) - i) <= s"
-        " && Math.abs(Number(d.k) - j) <= s; }",
-        arg=[i, j, slack],
-        timeout=5_000,
-    )
-    return p.js(
-        "() => { const r = document.getElementById('m-readout');"
-        " return {text: r.textContent, weight: Number(r.dataset.weight),"
-        " error: Number(r.dataset.error), q: Number(r.dataset.q), k: Number(r.dataset.k)}; }"
-    )
-
-
-def assert_weight(shown: dict, w: np.ndarray, i: int, j: int, bits: int = 8) -> None:
-    bound = float(w[i].max()) / (2 * ((1 << bits) - 1))
-    assert abs(shown["weight"] - float(w[i, j])) <= bound * (1 + 1e-6) + 1e-9
-    assert shown["error"] == pytest.approx(bound, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------

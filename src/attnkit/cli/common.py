@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator, Mapping
@@ -47,12 +48,30 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
+_FILE_WIDTH = 100  # rules and panels off a terminal
+
+
 def console():
     """A rich console on stdout (no syntax highlighting of numbers or words). Untrusted text
-    goes through :mod:`attnkit.terminal` before it reaches it."""
-    from rich.console import Console
+    goes through :mod:`attnkit.terminal` before it reaches it.
 
-    return Console(file=sys.stdout, highlight=False)
+    Off a terminal (a pipe, a file) and without ``COLUMNS``, nothing is wrapped: lines and
+    tables keep their natural width, so no word or path is broken across lines; rules are
+    100 columns wide."""
+    from rich.console import Console
+    from rich.rule import Rule
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console(file=sys.stdout, highlight=False)
+
+    class FileConsole(Console):
+        """Wide enough for any line; rules drawn 100 columns wide."""
+
+        def rule(self, title="", *, characters="─", style="rule.line", align="center"):
+            rule = Rule(title, characters=characters, style=style, align=align)
+            self.print(rule, width=_FILE_WIDTH)
+
+    return FileConsole(file=sys.stdout, highlight=False, width=10_000, soft_wrap=True)
 
 
 # JSON strings may hold C1 controls, DEL, bidi overrides and separators unescaped when

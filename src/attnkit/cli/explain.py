@@ -8,6 +8,7 @@ import textwrap
 
 from attnkit.cli import explain_png
 from attnkit.cli.common import UsageError, console, int_arg, option_names, print_json
+from attnkit.cli.model_attentions import add_download_option
 from attnkit.explain import catalog  # torch- and numpy-free: --help stays fast
 
 NAME = "explain"
@@ -88,7 +89,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--word",
         help="the word whose attention is computed step by step (its first occurrence); "
-        'default: the last word ("on" in the default sentence); required with --model',
+        'default: the last word ("on" in the default sentence); with --model: the word whose '
+        "attention to show (default: every token's most-attended tokens per layer)",
     )
     p.add_argument(
         "--d-model",
@@ -123,9 +125,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model",
-        metavar="PATH|default",
-        help="a pretrained BERT-style directory, or 'default' for all-MiniLM-L6-v2",
+        metavar="PATH|NAME|default",
+        help="what a pretrained model attends to: a model directory (saved by transformers), "
+        "a model name in the local Hugging Face cache, or 'default' for all-MiniLM-L6-v2",
     )
+    add_download_option(p)
     p.add_argument(
         "--top-k",
         metavar="N",
@@ -253,29 +257,48 @@ def _explain_example(ns: argparse.Namespace, sentence: str | None) -> int:
 
 
 def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
+    """--model: what the model attends to, for --word or (without it) for every token."""
     if sentence is None:
         raise UsageError("--model: give the SENTENCE to run through the model")
-    if ns.word is None:
-        raise UsageError("--model: --word is required (the token whose attention to show)")
-    try:
-        from attnkit.explain.model_attention import model_attention_report
-        from attnkit.explain.render import render_model_attention
-        from attnkit.models.bert import BertModel
-        from attnkit.models.hub import resolve_model_path
-    except ImportError as e:
-        raise UsageError(
-            f"--model: the model support is not available in this installation ({e})"
-        ) from e
-    model = BertModel.from_pretrained(resolve_model_path(ns.model))
-    report = model_attention_report(
-        model,
-        sentence,
-        ns.word,
-        top_k=TOP_K if ns.top_k is None else ns.top_k,
-        skip_special=ns.skip_special,
-    )
+    from attnkit.checks import positive_int
+    from attnkit.cli import model_attentions as ma
+    from attnkit.explain import model_attention as mat
+    from attnkit.explain import token_attention as tat
+
+    top_k = TOP_K if ns.top_k is None else ns.top_k
+    positive_int("top_k", top_k)  # before any work
+    chosen = ma.choose(ns.model, ns.download)
+    result = ma.attentions(chosen, sentence)
+    section = result.sections[0]  # self-attention; an encoder-decoder's encoder
+    notes = []
+    if result.kind == "encoder-decoder":
+        notes.append("an encoder-decoder model: showing its encoder's self-attention on the text")
+    if result.truncated_to is not None:
+        notes.append(f"the model reads at most {result.truncated_to} tokens; the text was cut")
+    tokens, special = result.tokens, result.special
+    position = None
+    if ns.word is not None:
+        position = mat.locate_word(sentence, ns.word, tokens, result.offsets, special)
+    if ns.png is not None:
+        explain_png.write_model(ns, result.name, section, position)
+    if position is None:
+        report = tat.all_tokens_report(
+            result.name, sentence, tokens, special, section.weights,
+            top_k=top_k, skip_special=ns.skip_special, notes=notes,
+        )  # fmt: skip
+    else:
+        report = mat.report_from_weights(
+            result.name, sentence, ns.word, tokens, special, section.weights, position,
+            top_k=top_k, skip_special=ns.skip_special, notes=notes,
+        )  # fmt: skip
     if ns.json:
         print_json(report.to_dict())
+    elif position is None:
+        from attnkit.explain.render_tokens import render_all_tokens
+
+        render_all_tokens(report, console())
     else:
+        from attnkit.explain.render import render_model_attention
+
         render_model_attention(report, console())
     return 0

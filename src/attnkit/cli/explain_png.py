@@ -1,15 +1,18 @@
 """``attnkit explain ... --png FILE``: the walkthrough's weights, or with ``--model``
-every layer's and head's weights for the chosen word, as a heatmap image (PNG, SVG or PDF)."""
+every layer's and head's weights for the chosen word (without ``--word``: each layer's
+head-averaged weights), as a heatmap image (PNG, SVG or PDF). The file written is announced."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from pathlib import Path
+from typing import Any
 
-from attnkit.cli.common import UsageError
+from attnkit.cli.common import UsageError, one_line
 
-__all__ = ["add_option", "write"]
+__all__ = ["add_option", "announce", "write", "write_model"]
 
 
 def add_option(p: argparse.ArgumentParser) -> None:
@@ -19,7 +22,8 @@ def add_option(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="also draw the weights as a heatmap: the walkthrough's (words x words), or with "
-        "--model the chosen word's weights in every layer (rows: heads); .png, .svg or .pdf",
+        "--model the chosen word's weights in every layer (rows: heads; without --word, each "
+        "layer's head-averaged weights); .png, .svg or .pdf",
     )
 
 
@@ -35,10 +39,9 @@ def write(ns: argparse.Namespace, sentence: str | None) -> None:
         path = check_output_path("--png", ns.png, FORMATS)
     except (ValueError, OSError) as e:
         raise UsageError(str(e)) from e
+    ns.png = path
     if ns.model is not None:
-        if sentence is not None and ns.word is not None:  # else explain says what is missing
-            _model_png(ns, sentence, path)
-        return
+        return  # drawn by write_model once the model has run
     w = ex.walkthrough(
         sentence or ex.DEFAULT_SENTENCE, ns.word, ns.d_model, ns.d_k, ns.d_v, ns.seed
     )
@@ -49,6 +52,12 @@ def write(ns: argparse.Namespace, sentence: str | None) -> None:
         title=f"self-attention weights softmax(QK\u1d40/\u221ad_k), d_model={w.d_model}, "
         f"d_k={w.d_k}, seed={w.seed}",
     )
+    announce(ns, path)
+
+
+def announce(ns: argparse.Namespace, path: Path) -> None:
+    """Say which file was written (on stderr with --json, which keeps stdout one JSON object)."""
+    print(f"wrote {one_line(path)}", file=sys.stderr if ns.json else sys.stdout)
 
 
 def _heatmap():
@@ -56,22 +65,31 @@ def _heatmap():
     return importlib.import_module("attnkit.viz.heatmap").heatmap
 
 
-def _model_png(ns: argparse.Namespace, sentence: str, path: Path) -> None:
-    from attnkit.explain.model_attention import model_attention_report
-    from attnkit.models.bert import BertModel
-    from attnkit.models.hub import resolve_model_path
-    from attnkit.viz.weights import model_attentions
-
-    model = BertModel.from_pretrained(resolve_model_path(ns.model))
-    report = model_attention_report(model, sentence, ns.word, top_k=1)
-    tokens, weights = model_attentions(model, sentence)
-    rows = weights[:, :, report.query_index, :]  # (N, H, L): the word's row, every layer/head
-    n, h = rows.shape[:2]
-    _heatmap()(
-        rows[:, None],  # (N, 1, H, L): one panel per layer, a row per head
-        [f"head {i}" for i in range(h)],
-        tokens,
-        path=path,
-        title=f"what {ns.word!r} (token {report.query_index}) attends to, every layer and head",
-        layer_labels=[f"layer {i}" for i in range(n)],
-    )
+def write_model(ns: argparse.Namespace, name: str, section: Any, position: Any) -> None:
+    """``--model ... --png``: with ``--word`` (``position``), that word's row in every layer
+    (a panel per layer, a row per head); without it, each layer's head-averaged weights (a
+    panel per layer, tokens x tokens). ``section``: the model's self-attention (N, H, L, L)."""
+    path = Path(ns.png)
+    weights, tokens = section.weights, section.q_tokens
+    n, h = weights.shape[:2]
+    layers = [f"layer {i}" for i in range(n)]
+    if position is None:
+        _heatmap()(
+            weights.mean(dim=1, keepdim=True),  # (N, 1, L, L)
+            tokens,
+            path=path,
+            title=f"{name}: each layer's attention, averaged over its {h} heads",
+            layer_labels=layers,
+            head_labels=["mean of heads"],
+        )
+    else:
+        q = position.query_index
+        _heatmap()(
+            weights[:, :, q, :][:, None],  # (N, 1, H, L): one panel per layer, a row per head
+            [f"head {i}" for i in range(h)],
+            tokens,
+            path=path,
+            title=f"{name}: what {ns.word!r} (token {q}) attends to, every layer and head",
+            layer_labels=layers,
+        )
+    announce(ns, path)

@@ -207,7 +207,8 @@ def _emit(text: list[str], output: str | None) -> None:
 
 def _write_view(loaded, source: str, output: str, path: str) -> None:
     """The cross-attention of the model translating ``source`` into ``output`` (teacher-forced
-    on the decoded tokens: row t is the step that produced token t + 1) as one HTML file."""
+    on the decoded tokens) as one HTML file; row t is the decoder step that produced output
+    token t, and is labelled with it."""
     import torch
 
     from attnkit.train.tasks import seq2seq_example
@@ -220,14 +221,16 @@ def _write_view(loaded, source: str, output: str, path: str) -> None:
     def show(i: int) -> str:  # a token as text (byte-level BPE pieces decoded one by one)
         return tok.decode([i], skip_special_tokens=False).strip() or tok.id_to_token(i) or f"<{i}>"
 
-    src_tokens, tgt_tokens = [show(i) for i in src_ids], [show(i) for i in tgt_ids[:-1]]
+    # tgt_ids = [BOS] + output + [EOS]: the decoder reads tgt_ids[:-1], step t produces tgt_ids[t+1]
+    src_tokens, produced = [show(i) for i in src_ids], [show(i) for i in tgt_ids[1:]]
     att = seq2seq_attentions(loaded.model, torch.tensor([src_ids]), torch.tensor([tgt_ids[:-1]]))
     page = html.render(
         att.cross,
-        tgt_tokens,
+        produced,
         src_tokens,
         title=f"cross-attention: {source} -> {output}",
-        layer_labels=[f"decoder layer {i}" for i in range(att.cross.shape[0])],
+        note="row t: the decoder step that produced output token t (shown on the left); "
+        "columns: the source tokens; layers: the decoder's layers",
     )
     html.save(page, path)
-    print(f"wrote {one_line(path)} (cross-attention, {len(tgt_tokens)} x {len(src_tokens)} tokens)")
+    print(f"wrote {one_line(path)} (cross-attention, {len(produced)} x {len(src_tokens)} tokens)")

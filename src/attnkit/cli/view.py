@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError
+from attnkit.cli.common import UsageError, one_line
+from attnkit.cli.model_attentions import add_download_option
 
 NAME = "view"
 EXAMPLES = """\
@@ -18,19 +19,28 @@ EXAMPLES = """\
 """
 
 DESCRIPTION = """\
-Run a pretrained BERT-style model on SENTENCE (or the text of --file) and write its attention
+Run a pretrained model on SENTENCE (or the text of --file) and write its attention
 weights, every layer and head (or the --layers/--heads chosen), as one self-contained HTML file:
 a head view (lines from query to key tokens, opacity = weight), a matrix view (zoom, pan, the
 weight under the cursor) and a layers x heads overview. The file loads nothing from the network
 and works from file://. Weights are stored with 8 bits per entry (--bits 16 for more precision):
 each shown weight is within 1/510 of its row's largest weight. Texts longer than the model's
 limit are cut (a note says so).
+
+--model takes 'default' (all-MiniLM-L6-v2), a directory saved by transformers' save_pretrained
+(encoder-only such as BERT or RoBERTa, decoder-only such as GPT-2 or Llama, encoder-decoder
+such as BART, T5 or Marian), or a model name already in the local Hugging Face cache; nothing is
+downloaded unless you add --download. An encoder-decoder gets three tabs: the encoder's
+self-attention on the text, the decoder's self-attention on the output it generates (greedy),
+and the cross-attention, whose row t is the step that produced output token t.
 """
 
 EPILOG = """\
 examples:
   attnkit view "The animal didn't cross the street because it was too tired" -o view.html
   attnkit view --file notes.txt --model path/to/bert-dir -o notes.html
+  attnkit view "The cat sat on the mat" --model path/to/gpt2-dir -o gpt2.html
+  attnkit view "translate English to French: I am cold." --model google-t5/t5-small -o t5.html
   attnkit view "the cat sat on the mat" --layers 4-5 --heads 0,3,7 -o subset.html
 """
 
@@ -48,10 +58,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--file", type=Path, metavar="PATH", help="read the text from a UTF-8 file")
     p.add_argument(
         "--model",
-        metavar="PATH|default",
+        metavar="PATH|NAME|default",
         default="default",
-        help="a pretrained BERT-style directory, or 'default' for all-MiniLM-L6-v2 (default)",
+        help="a model directory (saved by transformers), a model name in the local Hugging Face "
+        "cache, or 'default' for all-MiniLM-L6-v2 (default)",
     )
+    add_download_option(p)
     p.add_argument(
         "-o", "--output", type=Path, metavar="FILE.html", required=True, help="the HTML file"
     )
@@ -61,6 +73,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--bits", type=int, choices=(8, 16), default=8, help="bits per stored weight (default 8)"
     )
+
+
+_ANY = 1 << 30  # an upper bound for checking the syntax of --layers / --heads
 
 
 def index_list(option: str, text: str | None, n: int) -> list[int]:
@@ -104,6 +119,7 @@ def _read_text(ns: argparse.Namespace) -> str:
 
 def run(ns: argparse.Namespace) -> int:
     """Run the verb on parsed arguments; the exit code."""
+    from attnkit.viz import html
     from attnkit.viz.weights import check_output_path
 
     text = _read_text(ns)
@@ -111,35 +127,54 @@ def run(ns: argparse.Namespace) -> int:
         out = check_output_path("-o", ns.output, (".html", ".htm"))
     except (ValueError, OSError) as e:
         raise UsageError(f"view: {e}") from e
-    from attnkit.models import resolve_model_path
-    from attnkit.models.bert import BertConfig, BertModel
-    from attnkit.viz import html
-    from attnkit.viz.weights import model_attentions
+    for option, value in (("--layers", ns.layers), ("--heads", ns.heads)):
+        if value is not None:  # the syntax, before any work (the range: below)
+            index_list(option, value, _ANY)
+    from attnkit.cli import model_attentions as ma
 
-    path = resolve_model_path(ns.model)
-    config = BertConfig.from_json(path / "config.json")  # sizes, before loading any weights
-    layers = index_list("--layers", ns.layers, config.num_hidden_layers)
-    heads = index_list("--heads", ns.heads, config.num_attention_heads)
-    model = BertModel.from_pretrained(path)
-    tokens, weights = model_attentions(model, text)
-    limit = model.pooling.max_seq_length
-    if len(tokens) >= limit:
+    chosen = ma.choose(ns.model, ns.download)
+    result = ma.attentions(chosen, text)
+    if result.truncated_to is not None:
         print(
-            f"note: the model reads at most {limit} tokens; the text was cut to its first "
-            f"{limit} tokens",
+            f"note: the model reads at most {result.truncated_to} tokens; the text was cut to "
+            f"its first {result.truncated_to} tokens",
             file=sys.stderr,
         )
-    weights = weights[layers][:, heads]
-    name = "default model" if ns.model == "default" else Path(ns.model).name
     short = " ".join(text.split())
-    title = ns.title or f"{name}: {short[:80]}{'…' if len(short) > 80 else ''}"
-    page = html.render(
-        weights, tokens, title=title, layer_labels=layers, head_labels=heads, bits=ns.bits
-    )
+    title = ns.title or f"{result.name}: {short[:80]}{'…' if len(short) > 80 else ''}"
+    sections = [_section(s, ns) for s in result.sections]
+    if len(sections) == 1:
+        s = sections[0]
+        page = html.render(
+            s.attentions,
+            s.q_tokens,
+            s.k_tokens,
+            title=title,
+            layer_labels=s.layer_labels,
+            head_labels=s.head_labels,
+            bits=ns.bits,
+            note=s.note,
+        )
+    else:
+        page = html.render_sections(sections, title=title, bits=ns.bits)
     html.save(page, out)
     size = out.stat().st_size
-    print(
-        f"wrote {out} ({len(layers)} layers x {len(heads)} heads, {len(tokens)} tokens, "
-        f"{size / 1e6:.1f} MB); open it in a browser"
+    shapes = "; ".join(
+        f"{s.name + ': ' if len(sections) > 1 else ''}{len(s.layer_labels)} layers x "
+        f"{len(s.head_labels)} heads, {len(s.q_tokens)} x {len(s.k_tokens or s.q_tokens)} tokens"
+        for s in sections
     )
+    print(f"wrote {one_line(out)} ({shapes}; {size / 1e6:.1f} MB); open it in a browser")
     return 0
+
+
+def _section(s, ns: argparse.Namespace):
+    """A model's attention section as a page section, cut to --layers / --heads."""
+    from attnkit.viz.html import Section
+
+    n, h = s.weights.shape[:2]
+    layers = index_list("--layers", ns.layers, n)
+    heads = index_list("--heads", ns.heads, h)
+    weights = s.weights[layers][:, heads]
+    k_tokens = None if s.k_tokens == s.q_tokens else s.k_tokens
+    return Section(s.title, weights, s.q_tokens, k_tokens, s.note, layers, heads)

@@ -16,6 +16,8 @@ Shape legend: ``L`` tokens of the text (with [CLS] and [SEP]), ``H`` heads, ``N`
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -26,8 +28,11 @@ from attnkit.models.bert import BertModel
 __all__ = [
     "Attended",
     "ModelAttentionReport",
+    "WordPosition",
     "find_word",
+    "locate_word",
     "model_attention_report",
+    "report_from_weights",
 ]
 
 
@@ -141,11 +146,85 @@ def model_attention_report(
     starts = find_word(tokens, pieces)
     if not starts:
         raise ValueError(f"word: {word!r} (tokens {pieces}) is not in the text's tokens: {tokens}")
+    position = _word_position(word, starts, occurrence, lambda _: pieces)
+
+    with torch.inference_mode():
+        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, True)
+    weights = torch.stack([a[0] for a in out.attentions])  # (N, H, L, L)
+    return report_from_weights(
+        model.name_or_path, text, word, list(tokens), special.tolist(), weights, position,
+        top_k=top_k, skip_special=skip_special,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WordPosition:
+    """Where a word is among a text's tokens: its ``pieces`` (the tokens it spans), the start
+    token of each occurrence (``starts``), the chosen one (``query_index``), and notes for the
+    reader (a split word, several occurrences)."""
+
+    pieces: list[str]
+    starts: list[int]
+    query_index: int
+    notes: list[str]
+
+
+def locate_word(
+    text: str,
+    word: str,
+    tokens: list[str],
+    offsets: list[tuple[int, int]],
+    special: list[bool],
+    occurrence: int = 0,
+) -> WordPosition:
+    """Find ``word`` in ``text`` by characters (whole words; case-insensitive when it does not
+    occur with this case) and map it to tokens through their character ``offsets`` (L): for
+    any tokenizer (WordPiece, byte-level BPE, SentencePiece). A tokenizer that gives no offsets
+    (all (0, 0)) is matched on whole token texts instead, ignoring case.
+
+    Raises:
+        ValueError: the word is not in the text or not in the tokens the model read (a cut
+            text), naming ``word`` / ``occurrence``.
+    """
+    if not isinstance(word, str) or not word.strip():
+        raise ValueError(f"word: expected a non-empty str, got {word!r}")
+    occurrence = nonnegative_int("occurrence", occurrence)
+    w = word.strip()
+    pattern = r"(?<!\w)" + re.escape(w) + r"(?!\w)"
+    found = [m.start() for m in re.finditer(pattern, text)]
+    if not found:
+        found = [m.start() for m in re.finditer(pattern, text, flags=re.IGNORECASE)]
+    spans = []
+    if all(a == b == 0 for a, b in offsets):  # a tokenizer without offsets: match token texts
+        key = w.casefold()
+        found = []
+        spans = [[i] for i, t in enumerate(tokens) if t.casefold() == key and not special[i]]
+    for c in found:
+        covered = [
+            i
+            for i, ((a, b), sp) in enumerate(zip(offsets, special, strict=True))
+            if not sp and a < c + len(w) and b > c
+        ]
+        if covered:
+            spans.append(covered)
+    if not spans:
+        shown = [t for t, sp in zip(tokens, special, strict=True) if not sp]
+        raise ValueError(f"word: {word!r} is not in the text's tokens: {shown}")
+    starts = [c[0] for c in spans]
+    return _word_position(word, starts, occurrence, lambda n: [tokens[i] for i in spans[n]])
+
+
+def _word_position(
+    word: str, starts: list[int], occurrence: int, pieces_of: Callable[[int], list[str]]
+) -> WordPosition:
+    """The chosen occurrence (ValueError naming ``occurrence`` when there are fewer), with notes
+    for a word split into pieces (``pieces_of(occurrence)``) or occurring several times."""
     if occurrence >= len(starts):
         raise ValueError(
             f"occurrence: {word!r} occurs {len(starts)} time(s) (tokens {starts}), "
             f"got occurrence={occurrence}"
         )
+    pieces = pieces_of(occurrence)
     q = starts[occurrence]
     notes = []
     if len(pieces) > 1:
@@ -157,24 +236,50 @@ def model_attention_report(
             f"{word!r} occurs {len(starts)} times (tokens {starts}); showing occurrence "
             f"{occurrence} (token {q})"
         )
-    if skip_special:
-        notes.append("special tokens ([CLS], [SEP]) are left out of the rankings")
+    return WordPosition(pieces, starts, q, notes)
 
-    with torch.inference_mode():
-        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, True)
-    rows = torch.stack([a[0, :, q, :] for a in out.attentions]).double()  # (N, H, L)
-    allowed = ~special if skip_special else torch.ones_like(special)
+
+def report_from_weights(
+    model: str,
+    text: str,
+    word: str,
+    tokens: list[str],
+    special: list[bool],
+    weights: torch.Tensor,
+    position: WordPosition,
+    *,
+    top_k: int = 3,
+    skip_special: bool = False,
+    notes: list[str] | None = None,
+) -> ModelAttentionReport:
+    """The report for the token at ``position.query_index`` from a model's weights
+    (N, H, L, L) on ``tokens`` (L) with their ``special`` flags (L); ``model`` is its name.
+    ``notes`` are added after the position's notes."""
+    top_k = positive_int("top_k", top_k)
+    skip_special = flag("skip_special", skip_special)
+    if weights.dim() != 4 or weights.shape[-1] != len(tokens) or len(special) != len(tokens):
+        raise ValueError(
+            f"weights: expected (N, H, {len(tokens)}, {len(tokens)}) for {len(tokens)} tokens, "
+            f"got {tuple(weights.shape)} and {len(special)} special flags"
+        )
+    q = position.query_index
+    special_t = torch.tensor(special, dtype=torch.bool)
+    rows = weights[:, :, q, :].double()  # (N, H, L)
+    allowed = ~special_t if skip_special else torch.ones_like(special_t)
     heads = [[_top(r, allowed, tokens, top_k) for r in layer] for layer in rows]
     avg = rows.mean(dim=1)  # (N, L)
     averaged = [_top(r, allowed, tokens, top_k) for r in avg]
-    special_weight = [float(r[special].sum()) for r in avg]
+    special_weight = [float(r[special_t].sum()) for r in avg]
+    all_notes = list(position.notes) + list(notes or [])
+    if skip_special:
+        all_notes.append("special tokens (such as [CLS], [SEP]) are left out of the rankings")
     return ModelAttentionReport(
-        model=model.name_or_path,
+        model=model,
         text=text,
         word=word,
         tokens=list(tokens),
-        word_pieces=pieces,
-        word_indices=starts,
+        word_pieces=list(position.pieces),
+        word_indices=list(position.starts),
         query_index=q,
         top_k=top_k,
         skip_special=skip_special,
@@ -183,5 +288,5 @@ def model_attention_report(
         heads=heads,
         averaged=averaged,
         special_weight=special_weight,
-        notes=notes,
+        notes=all_notes,
     )

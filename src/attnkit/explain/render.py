@@ -287,7 +287,7 @@ def render_model_attention(report: ModelAttentionReport, console: Console) -> No
     )
     avg.add_column("layer", justify="right", no_wrap=True)
     avg.add_column(f"top {report.top_k} (weight)", overflow="fold")
-    avg.add_column("on [CLS]/[SEP]", justify="right", no_wrap=True)
+    avg.add_column("on special tokens", justify="right", no_wrap=True)
     for layer, items in enumerate(report.averaged):
         avg.add_row(
             str(layer),

@@ -2,7 +2,8 @@
 
 * :func:`heatmap` (:mod:`attnkit.viz.heatmap`) — one head or a layers × heads grid as a PNG,
   SVG or PDF (matplotlib, no display needed);
-* :mod:`attnkit.viz.html` — ``render(...)`` / ``save(...)`` / ``view(...)``: one
+* :mod:`attnkit.viz.html` — ``render(...)`` / ``render_sections(...)`` / ``save(...)`` /
+  ``view(...)``: one
   self-contained, offline HTML file with a head view, a zoomable matrix view and a layers × heads
   overview; :mod:`attnkit.viz.encoding` documents how it stores the weights (8 bits per entry);
 * :mod:`attnkit.viz.weights` — the weights both take (validated), a BERT model's weights for a

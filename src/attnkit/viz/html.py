@@ -3,6 +3,7 @@
     html_text = render(weights, tokens, title="my model")      # a str: the whole file
     save(html_text, "view.html")                                # written atomically
     view(weights, tokens)                                       # in a notebook: shows inline
+    render_sections([Section("encoder", w_enc, src), Section("cross-attention", w_x, out, src)])
 
 The page has three views of the chosen layer and head:
 
@@ -14,7 +15,11 @@ The page has three views of the chosen layer and head:
   cursor; a "save PNG" button;
 * **overview** — a layers × heads grid of thumbnails; clicking one opens it.
 
-Query and key tokens may differ (cross-attention: ``k_tokens``).
+Query and key tokens may differ (cross-attention: ``k_tokens``). A ``note`` under the title
+says what the rows and columns are. :func:`render_sections` puts several kinds of attention
+with different tokens in one page (an encoder-decoder's encoder self-attention, decoder
+self-attention and cross-attention): a row of section tabs switches between them (the page
+reloads itself on the chosen section; the URL's ``#section-N`` names it).
 
 Data: weights are stored with 8 bits per entry (or 16) and a float32 scale per query row,
 zlib-compressed per head — see :mod:`attnkit.viz.encoding` for the format and the error bound
@@ -42,6 +47,7 @@ import html as htmllib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -49,7 +55,7 @@ from typing import Any
 from attnkit.viz.encoding import encode
 from attnkit.viz.weights import attention_grid, check_output_path, write_atomic
 
-__all__ = ["FORMAT_VERSION", "HTMLView", "render", "save", "view"]
+__all__ = ["FORMAT_VERSION", "HTMLView", "Section", "render", "render_sections", "save", "view"]
 
 FORMAT_VERSION = 1
 _SCRIPTS = ("data.js", "matrix.js", "headview.js", "app.js")  # concatenated in this order
@@ -87,6 +93,8 @@ _BODY = """\
 <header>
 <h1 id="title"></h1>
 <p id="subtitle"></p>
+<p id="note" hidden></p>
+<nav id="sections" aria-label="kinds of attention" hidden></nav>
 <div class="controls">
 <div role="tablist" aria-label="views">
 <button type="button" role="tab" id="tab-head" aria-selected="false">head view</button>
@@ -104,7 +112,7 @@ _BODY = """\
 <section id="headview" hidden>
 <div class="bar"><label>lines per query (top-k) <input id="hv-k" type="number" min="1"></label>
 <span class="hint">line opacity = weight; hover a token to isolate its lines</span></div>
-<p id="hv-readout" class="readout">&nbsp;</p>
+<p id="hv-readout" class="readout">hover a token to see its largest weights</p>
 <div class="hv-heads"><span>query tokens</span><span>key tokens</span></div>
 <div id="hv-scroll"><div id="hv-inner"><canvas id="hv-canvas"></canvas>
 <div id="hv-left"></div><div id="hv-right"></div></div></div>
@@ -116,7 +124,7 @@ _BODY = """\
 <button type="button" id="m-save">save PNG</button>
 <span class="hint">rows: queries, columns: keys; wheel to zoom, drag to pan, double-click to
 zoom in; colour: square root of weight / the head's largest weight</span></div>
-<p id="m-readout" class="readout">&nbsp;</p>
+<p id="m-readout" class="readout">point at a cell to read its weight</p>
 <canvas id="m-canvas"></canvas>
 </section>
 <section id="overview" hidden>
@@ -129,6 +137,56 @@ click one to open it</p>
 """
 
 
+@dataclass(frozen=True)
+class Section:
+    """One kind of attention in a page of :func:`render_sections`: its ``name`` (a tab), the
+    weights (as :func:`render` takes them), ``q_tokens`` (Lq), ``k_tokens`` (Lk, default the
+    query tokens), a ``note`` saying what rows and columns are, and layer/head labels."""
+
+    name: str
+    attentions: Any
+    q_tokens: Sequence[str]
+    k_tokens: Sequence[str] | None = None
+    note: str = ""
+    layer_labels: Sequence[str | int] | None = None
+    head_labels: Sequence[str | int] | None = None
+
+
+def _check_text(name: str, value: Any) -> str:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str or None, got {type(value).__name__}")
+    return _plain(value or "")
+
+
+def _check_bits(bits: Any) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, int):
+        raise TypeError(f"bits: expected 8 or 16, got {bits!r}")
+    if bits not in _BITS:
+        raise ValueError(f"bits: expected 8 or 16, got {bits}")
+    return bits
+
+
+def _section_meta(s: Section, bits: int, offset: int) -> tuple[dict, bytes]:
+    """One section's metadata (block offsets shifted by ``offset``) and its encoded bytes."""
+    g = attention_grid(
+        s.attentions, s.q_tokens, s.k_tokens, layer_labels=s.layer_labels, head_labels=s.head_labels
+    )
+    enc = encode(g.weights, bits)
+    meta = {
+        "name": _plain(s.name),
+        "note": _plain(s.note),
+        "shape": list(g.shape),
+        "cross": g.cross,
+        "q_tokens": g.q_tokens,
+        "k_tokens": g.k_tokens,
+        "layers": g.layer_labels,
+        "heads": g.head_labels,
+        "blocks": [[off + offset, n] for off, n in enc.blocks],
+        "thumbs": {"block": [enc.thumbs[0] + offset, enc.thumbs[1]], "shape": enc.thumb_shape},
+    }
+    return meta, enc.data
+
+
 def render(
     attentions: Any,
     q_tokens: Sequence[str],
@@ -138,6 +196,7 @@ def render(
     layer_labels: Sequence[str | int] | None = None,
     head_labels: Sequence[str | int] | None = None,
     bits: int = 8,
+    note: str | None = None,
 ) -> str:
     """The whole HTML file (a str) showing ``attentions``.
 
@@ -150,40 +209,53 @@ def render(
         layer_labels / head_labels: N / H labels shown for layers and heads (default 0, 1, ...;
             e.g. the original indices of a subset).
         bits: 8 (default) or 16 bits per stored weight (see :mod:`attnkit.viz.encoding`).
+        note: a line under the title saying what the rows and columns are (plain text).
 
     Raises:
         TypeError / ValueError: bad weights, tokens, labels, title or bits (before any work).
     """
-    if title is not None and not isinstance(title, str):
-        raise TypeError(f"title: expected a str or None, got {type(title).__name__}")
-    if isinstance(bits, bool) or not isinstance(bits, int):
-        raise TypeError(f"bits: expected 8 or 16, got {bits!r}")
-    if bits not in _BITS:
-        raise ValueError(f"bits: expected 8 or 16, got {bits}")
-    g = attention_grid(
-        attentions, q_tokens, k_tokens, layer_labels=layer_labels, head_labels=head_labels
-    )
-    enc = encode(g.weights, bits)
-    meta = {
-        "version": FORMAT_VERSION,
-        "title": _plain(title or ""),
-        "shape": list(g.shape),
-        "bits": bits,
-        "cross": g.cross,
-        "q_tokens": g.q_tokens,
-        "k_tokens": g.k_tokens,
-        "layers": g.layer_labels,
-        "heads": g.head_labels,
-        "blocks": enc.blocks,
-        "thumbs": {"block": enc.thumbs, "shape": enc.thumb_shape},
-    }
+    title_text = _check_text("title", title)
+    note_text = _check_text("note", note)
+    bits = _check_bits(bits)
+    section = Section("", attentions, q_tokens, k_tokens, note_text, layer_labels, head_labels)
+    meta, data = _section_meta(section, bits, 0)
+    del meta["name"]
+    return _page({"version": FORMAT_VERSION, "title": title_text, "bits": bits, **meta}, data)
+
+
+def render_sections(sections: Sequence[Section], *, title: str | None = None, bits: int = 8) -> str:
+    """One HTML file showing several kinds of attention (:class:`Section`), a tab each; the
+    page opens on the first. Arguments and errors as :func:`render`; ValueError for no
+    sections, TypeError for an item that is not a :class:`Section`."""
+    title_text = _check_text("title", title)
+    bits = _check_bits(bits)
+    if isinstance(sections, (str, bytes)) or not isinstance(sections, Sequence) or not sections:
+        raise ValueError(f"sections: expected a non-empty sequence of Section, got {sections!r}")
+    bad = [i for i, s in enumerate(sections) if not isinstance(s, Section)]
+    if bad:
+        got = type(sections[bad[0]]).__name__
+        raise TypeError(f"sections[{bad[0]}]: expected a Section, got {got}")
+    metas, chunks, offset = [], [], 0
+    for s in sections:
+        _check_text("Section.name", s.name)
+        _check_text("Section.note", s.note)
+        meta, data = _section_meta(s, bits, offset)
+        metas.append(meta)
+        chunks.append(data)
+        offset += len(data)
+    meta = {"version": FORMAT_VERSION, "title": title_text, "bits": bits, "sections": metas}
+    return _page(meta, b"".join(chunks))
+
+
+def _page(meta: dict, data: bytes) -> str:
+    """The HTML file around the metadata and the encoded weights."""
     script, style = _assets()
     csp = (
         f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
         "base-uri 'none'; form-action 'none'"
     )
     page_title = (  # escaped, and ASCII: any other character as a reference (&#8232;)
-        htmllib.escape(_plain(title or "attention"), quote=True)
+        htmllib.escape(meta["title"] or "attention", quote=True)
         .encode("ascii", "xmlcharrefreplace")
         .decode("ascii")
     )
@@ -198,7 +270,7 @@ def render(
             '<script type="application/json" id="attnkit-meta">',
             _json_for_script(meta),
             '</script>\n<script type="application/octet-stream" id="attnkit-data">',
-            base64.b64encode(enc.data).decode("ascii"),
+            base64.b64encode(data).decode("ascii"),
             f"</script>\n<script>{script}</script>\n</body>\n</html>\n",
         ]
     )
@@ -246,6 +318,7 @@ def view(
     head_labels: Sequence[str | int] | None = None,
     bits: int = 8,
     height: int = 760,
+    note: str | None = None,
 ) -> HTMLView:
     """:func:`render` wrapped in an :class:`HTMLView` (shows inline in Jupyter; ``.save(path)``
     writes the file). ``height``: the iframe's height in pixels."""
@@ -259,5 +332,6 @@ def view(
         layer_labels=layer_labels,
         head_labels=head_labels,
         bits=bits,
+        note=note,
     )
     return HTMLView(page, height)

@@ -14,19 +14,19 @@ function buildOverview() {
   for (let h = 0; h < H; h++) {
     const d = document.createElement("div");
     d.className = "ov-col";
-    d.textContent = `head ${META.heads[h]}`;
+    d.textContent = label("head", META.heads[h]);
     frag.appendChild(d);
   }
   for (let l = 0; l < N; l++) {
     const row = document.createElement("div");
     row.className = "ov-row";
-    row.textContent = `layer ${META.layers[l]}`;
+    row.textContent = label("layer", META.layers[l]);
     frag.appendChild(row);
     for (let h = 0; h < H; h++) {
       const cell = document.createElement("button");
       cell.type = "button";
       cell.className = "ov-cell";
-      cell.title = `layer ${META.layers[l]}, head ${META.heads[h]}: click to open`;
+      cell.title = `${label("layer", META.layers[l])}, ${label("head", META.heads[h])}: click to open`;
       cell.dataset.layer = String(l);
       cell.dataset.head = String(h);
       const c = document.createElement("canvas");
@@ -69,11 +69,16 @@ function markCurrent() {
   }
 }
 
+// "layer 3" for a bare number; a label that already says what it is ("decoder layer 3") as is.
+function label(prefix, lab) {
+  return /^\d+$/.test(lab) ? `${prefix} ${lab}` : lab;
+}
+
 function fillSelect(sel, labels, prefix) {
   labels.forEach((lab, n) => {
     const o = document.createElement("option");
     o.value = String(n);
-    o.textContent = `${prefix} ${lab}`;
+    o.textContent = label(prefix, lab);
     sel.appendChild(o);
   });
 }
@@ -116,13 +121,42 @@ function fail(err) {
   console.error(err);
 }
 
+// Tabs for the page's kinds of attention; choosing one reloads the page on it.
+function buildSections() {
+  if (SECTIONS.length < 2) return;
+  const nav = $("sections");
+  const lead = document.createElement("span");
+  lead.className = "hint";
+  lead.textContent = "attention:";
+  nav.appendChild(lead);
+  SECTIONS.forEach((sec, n) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "section";
+    b.textContent = sec.name || `part ${n + 1}`;
+    b.setAttribute("aria-current", String(n === SECTION));
+    b.addEventListener("click", () => {
+      if (n === SECTION) return;
+      location.hash = `section-${n}`;
+      location.reload();
+    });
+    nav.appendChild(b);
+  });
+  nav.hidden = false;
+}
+
 function start() {
   const title = META.title || "attention";
   $("title").textContent = title;
   const sub = [`${N} layer${N > 1 ? "s" : ""} \u00d7 ${H} head${H > 1 ? "s" : ""}`,
     `${LQ} query \u00d7 ${LK} key tokens`, `weights stored with ${META.bits} bits per entry`];
-  if (META.cross) sub.push("cross-attention");
+  if (META.cross && !META.name) sub.push("cross-attention");
   $("subtitle").textContent = sub.join(" \u00b7 ");
+  if (META.note) {
+    $("note").textContent = META.note;
+    $("note").hidden = false;
+  }
+  buildSections();
   fillSelect($("sel-layer"), META.layers, "layer");
   fillSelect($("sel-head"), META.heads, "head");
   $("sel-layer").addEventListener("change", (ev) => { select(Number(ev.target.value), STATE.head); refresh(); });
@@ -134,7 +168,7 @@ function start() {
 }
 
 // A small scripting handle (used by the tests): the state, and where a matrix cell is.
-window.attnkitView = { state: STATE, cellPoint: matrixCellPoint, select: (l, h) => { select(l, h); return refresh(); }, show: setView };
+window.attnkitView = { state: STATE, section: SECTION, cellPoint: matrixCellPoint, select: (l, h) => { select(l, h); return refresh(); }, show: setView };
 
 try {
   start();

@@ -5,7 +5,16 @@
 
 performance.mark("attnkit-start");
 const $ = (id) => document.getElementById(id);
-const META = JSON.parse($("attnkit-meta").textContent);
+const PAGE = JSON.parse($("attnkit-meta").textContent);
+// A page holds one kind of attention, or several "sections" (e.g. an encoder-decoder's encoder,
+// decoder and cross-attention) with their own tokens; "#section-N" in the URL picks one.
+const SECTIONS = PAGE.sections || [PAGE];
+const SECTION = (() => {
+  const m = /^#section-(\d+)$/.exec(location.hash);
+  const n = m ? Number(m[1]) : 0;
+  return n < SECTIONS.length ? n : 0;
+})();
+const META = Object.assign({}, SECTIONS[SECTION], { title: PAGE.title, bits: PAGE.bits });
 const [N, H, LQ, LK] = META.shape;
 const Q = META.bits === 16 ? 65535 : 255;
 const BLOB = decodeBase64($("attnkit-data").textContent);

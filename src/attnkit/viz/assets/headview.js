@@ -10,6 +10,7 @@ const HV = {
   left: $("hv-left"),
   right: $("hv-right"),
   readout: $("hv-readout"),
+  idle: $("hv-readout").textContent, // the hint shown while no token is hovered
   k: $("hv-k"),
   hd: null,
   focus: null, // ["q" | "k", index] while a token is hovered
@@ -43,7 +44,7 @@ function buildColumns() {
   };
   const onOut = () => {
     HV.focus = null;
-    HV.readout.textContent = "\u00a0";
+    HV.readout.textContent = HV.idle;
     drawHeadView();
   };
   for (const col of [HV.left, HV.right]) {

@@ -9,6 +9,7 @@ const MR = 76; // right margin (the colour bar)
 const M = {
   canvas: $("m-canvas"),
   readout: $("m-readout"),
+  idle: $("m-readout").textContent, // the hint shown while no cell is under the pointer
   img: null, // offscreen canvas of the current head
   hd: null,
   key: -1,
@@ -174,7 +175,7 @@ function hoverAt(x, y) {
   const cell = cellAt(x, y);
   M.hover = cell;
   if (!cell || !M.hd) {
-    M.readout.textContent = "\u00a0";
+    M.readout.textContent = M.idle;
     delete M.readout.dataset.weight;
   } else {
     const [i, j] = cell;
