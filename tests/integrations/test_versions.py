@@ -1,8 +1,8 @@
 """attnkit.integrations.versions: the tested transformers range, kept in one place.
 
 The range agrees with pyproject.toml's lower bound and with the transformers guide; the check
-refuses a transformers that lacks a needed feature (naming the installed version and the range) and warns
-once above the range. Fake transformers packages stand in for other releases (nothing installed).
+refuses a transformers that lacks a needed feature (naming the installed version and the range)
+and warns once above the range. Fake transformers packages stand in for other releases (nothing installed).
 """
 
 from __future__ import annotations
