@@ -2,7 +2,8 @@
 
 The range agrees with pyproject.toml's lower bound and with the transformers guide; the check
 refuses a transformers that lacks a needed feature (naming the installed version and the range)
-and warns once above the range. Fake transformers packages stand in for other releases (nothing installed).
+and warns once above the range. Fake transformers packages stand in for other releases (nothing
+installed).
 """
 
 from __future__ import annotations
