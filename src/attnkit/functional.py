@@ -70,6 +70,8 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     backend: str = "auto",
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(q kᵀ · scale + mask) v, with scale = 1/sqrt(d_k) unless given.
 
@@ -80,6 +82,11 @@ def scaled_dot_product_attention(
         dropout_p: dropout on the weights, in [0, 1).
         return_weights: also return the weights (..., Lq, Lk) (before dropout).
         backend: "auto" or a backend name (``attnkit.kernels.BACKENDS``).
+        softcap: c > 0 caps the scaled scores to c * tanh(s / c) before mask and bias
+            (Gemma 2's attention-logit softcapping); None: no cap.
+        sinks: (H,) with q (..., H, Lq, dk): one logit per query head that joins every row's
+            softmax denominator and is then dropped (gpt-oss's attention sinks; differentiable,
+            the returned weights leave the sink out and sum to less than 1).
 
     Returns:
         output (..., Lq, dv), or (output, weights) when ``return_weights``.
@@ -87,11 +94,15 @@ def scaled_dot_product_attention(
     Equivalent to::
 
         scores = q @ k.transpose(-2, -1) * scale          # (..., Lq, Lk)
+        scores = softcap * tanh(scores / softcap)         # when softcap is given
         scores = scores + bias; scores[~allowed] = -inf
-        w = softmax(scores, -1); w[row has no allowed key] = 0
+        scores = cat([scores, sinks[h] per row], -1)      # when sinks are given: (..., Lk + 1)
+        w = softmax(scores, -1)[..., :Lk]; w[row has no allowed key] = 0
         out = dropout(w) @ v
     """
-    call, b = C.dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, True)
+    call, b = C.dot_call(
+        q, k, v, mask, scale, dropout_p, return_weights, backend, True, softcap, sinks
+    )
     out, weights = b.run(call)
     return (out, weights) if return_weights else out
 
@@ -183,11 +194,15 @@ def explain_dispatch(
     w_q: Tensor | None = None,
     w_k: Tensor | None = None,
     w_v: Tensor | None = None,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Dispatch:
     """Which backend would run this call, and why each other backend was rejected.
 
     ``kind`` is "dot" (scaled / unscaled dot product) or "additive" (then give w_q, w_k, w_v).
-    Nothing is computed; ``print(explain_dispatch(...))`` gives a readable report.
+    ``softcap`` and ``sinks`` as in :func:`scaled_dot_product_attention` (every backend says
+    whether it serves them). Nothing is computed; ``print(explain_dispatch(...))`` gives a
+    readable report.
     """
     checks.choice("kind", kind, ("dot", "additive"))
     backend = dispatch.check_backend_name(backend)
@@ -196,10 +211,17 @@ def explain_dispatch(
         m = C.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
         s, p = C.scale_or_default(scale, q.shape[-1]), checks.probability("dropout_p", dropout_p)
         rw = checks.flag("return_weights", return_weights)
+        cap, sk = C.check_softcap_sinks(softcap, sinks, q)
         call = AttentionCall(
-            kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw
-        )
+            kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
+            softcap=cap, sinks=sk,
+        )  # fmt: skip
     else:
+        if softcap is not None or sinks is not None:
+            raise ValueError(
+                "softcap, sinks: defined for dot-product scores only (kind='dot'), "
+                "not for additive attention"
+            )
         call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
     return dispatch.explain(call, backend)
 
@@ -217,6 +239,8 @@ def grouped_query_attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     backend: str = "auto",
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Scaled dot-product attention of H query heads over G key/value heads (G divides H;
     grouped-query attention, G = 1 is multi-query): query head h uses key/value head
@@ -224,7 +248,7 @@ def grouped_query_attention(
 
     Args:
         q: (..., H, Lq, dk); k: (..., G, Lk, dk); v: (..., G, Lk, dv).
-        mask, scale, dropout_p, return_weights, backend: as in
+        mask, scale, dropout_p, return_weights, backend, softcap, sinks (H,): as in
             :func:`scaled_dot_product_attention`; the mask is against (..., H, Lq, Lk).
     Returns:
         output (..., H, Lq, dv), or (output, weights (..., H, Lq, Lk)).
@@ -237,9 +261,11 @@ def grouped_query_attention(
         if k.shape[-3] == q.shape[-3]:  # G = H: plain attention (checks remembered there)
             return scaled_dot_product_attention(
                 q, k, v, mask, scale=scale, dropout_p=dropout_p,
-                return_weights=return_weights, backend=backend,
+                return_weights=return_weights, backend=backend, softcap=softcap, sinks=sinks,
             )  # fmt: skip
-    call, b = C.grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend)
+    call, b = C.grouped_call(
+        q, k, v, mask, scale, dropout_p, return_weights, backend, softcap, sinks
+    )
     out, weights = b.run(call)
     return (out, weights) if return_weights else out
 

@@ -21,6 +21,10 @@ With ``dropout_p`` > 0 the same plan runs as explicit tiles with dropout on the 
 p = 0 is the fused path, untouched. (A call whose scores are too large for any recomputing
 backward, below, takes the ``math`` implementation and torch's own dropout.)
 
+Attention sinks run on the fused path, applied exactly from each tile's log-sum-exp; logit
+softcapping runs as explicit tiles (the fused kernel has no hook between q kᵀ and the softmax),
+with the same plan and its skipped blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
+
 Rows with no allowed key give output 0 (and gradient 0), never NaN; every input layout is read
 correctly (the fused ops get unit-stride rows); a float mask that requires grad (a learned
 bias) gets its gradient; the NaN/inf/overflow policy is :mod:`attnkit.kernels.numerics`. A call
@@ -119,10 +123,11 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
         else:
             shape = tuple((lead, -1) + t.shape[-2:] for t in (q, k, v))
     q, k, v = (unit_rows(t.reshape(s)) for t, s in zip((q, k, v), shape, strict=True))
-    if call.dropout_p > 0:
-        out = _dropout(call, plan, q, k, v, g)
+    sinks = _sink_rows(call, compute, g, q.shape)
+    if call.dropout_p > 0 or call.softcap is not None:  # explicit tiles
+        out = _dropout(call, plan, q, k, v, g, sinks)
     else:
-        out = BlocksparseFn.apply(q, k, v, plan, call.scale, *plan.grad_masks())
+        out = BlocksparseFn.apply(q, k, v, plan, call.scale, sinks, *plan.grad_masks())
     if not plan.grad_masks() and call.needs_grad:  # every biased entry masked or skipped:
         learned = [t for t in mask_tensors(call.mask) if t.requires_grad]
         if learned:  # the bias's gradient is exactly 0, and autograd must still reach it
@@ -131,14 +136,26 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     return unfold_out(out, g)[..., :dv]
 
 
-def _dropout(call: AttentionCall, plan: Plan, q: Tensor, k: Tensor, v: Tensor, g: int) -> Tensor:
-    """The plan with dropout on the weights (:mod:`~attnkit.kernels.blocksparse.dropout`), the
-    seed drawn from torch's default generator; q, k, v and the output in the plan's shape."""
+def _sink_rows(call: AttentionCall, dtype: torch.dtype, g: int, q_shape: tuple) -> Tensor | None:
+    """The sink logit of every query row in the plan's layout (q_shape[:-1], 1), rows folded by
+    G like q (:func:`fold_q`); differentiable back to ``call.sinks`` (H,); None without sinks."""
+    if call.sinks is None:
+        return None
+    s = call.sinks.to(dtype)[:, None, None].expand(call.q.shape[:-1] + (1,))  # (..., H, Lq, 1)
+    return fold_q(s, g).reshape(tuple(q_shape[:-1]) + (1,)).contiguous()
+
+
+def _dropout(call: AttentionCall, plan: Plan, q, k, v, g: int, sinks: Tensor | None) -> Tensor:
+    """The plan as explicit tiles (:mod:`~attnkit.kernels.blocksparse.dropout`): dropout on the
+    weights (the seed drawn from torch's default generator, only when p > 0) and the softcap;
+    q, k, v, the sink rows and the output in the plan's shape."""
     band = plan.kind == "band"
     if band:  # (N, L, d) as one element of N rows
         q, k, v = q[None], k[None], v[None]
-    setup = Setup(call.scale, call.dropout_p, draw_seed(), g, q.shape[0], q.shape[1])
-    out = DropoutFn.apply(q, k, v, plan, setup, *plan.grad_masks())
+        sinks = None if sinks is None else sinks[None]
+    seed = draw_seed() if call.dropout_p > 0 else 0
+    setup = Setup(call.scale, call.dropout_p, seed, g, q.shape[0], q.shape[1], call.softcap)
+    out = DropoutFn.apply(q, k, v, plan, setup, sinks, *plan.grad_masks())
     return out[0] if band else out
 
 
@@ -185,6 +202,8 @@ class BlocksparseBackend(Backend):
     supports_dropout = True
     supports_bias = True
     supports_gqa = True
+    supports_softcap = True
+    supports_sinks = True
 
     def __init__(
         self, block_q: int = BLOCK_Q, block_kv: int = BLOCK_KV, min_empty: float = MIN_EMPTY
@@ -205,9 +224,10 @@ class BlocksparseBackend(Backend):
         """Why ``auto`` should prefer the dense backend (measured, see MIN_EMPTY,
         DROPOUT_MIN_EMPTY and ELEMENT_CALL_ENTRIES): a plain causal mask; fewer than MIN_EMPTY
         (DROPOUT_MIN_EMPTY with dropout) of the blocks empty in every element of the mask's
-        batch, unless per-element calls skip enough each."""
-        if call.mask is None:
-            return []
+        batch, unless per-element calls skip enough each. None with softcap or sinks: the
+        dense backend cannot serve them, and ``math`` builds the whole score matrix."""
+        if call.mask is None or call.softcap is not None or call.sinks is not None:
+            return []  # the dense backend serves neither softcap nor sinks
         if call.mask.is_plain_causal:
             return [
                 "plain top-left causal: the dense backend's SDPA is_causal skips the blocks itself"

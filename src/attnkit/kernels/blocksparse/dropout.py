@@ -1,4 +1,4 @@
-"""Attention dropout in the ``blocksparse`` backend: explicit tiles, the plan's skipped blocks.
+"""Explicit tiles in the ``blocksparse`` backend: attention dropout and logit softcapping.
 
 PyTorch's fused CPU kernel has no dropout, so with ``dropout_p`` = p > 0 every tile of the plan
 (the same query rows, key ranges and tile masks as the fused path, :mod:`.plans`) is computed
@@ -11,6 +11,10 @@ q, k, v and of learned tile masks in place. Large tiles are cut into row chunks 
 CHUNK_ENTRIES scores, so the temporaries stay O(chunk), never O(Lq * Lk). The interior blocks
 of a ``band`` plan go many to a batched tile (:mod:`.dropout_band`); the arithmetic of a tile is
 :mod:`.dropout_math`.
+
+Calls with ``softcap`` take the same tiles (with p = 0 when they have no dropout: nothing is
+dropped, no keep mask is drawn), the scaled scores capped before the tile mask is added; sinks
+join each row's denominator from the tile's logsumexp (:mod:`.sinks`).
 
 Rows without any allowed key give output 0 and gradient 0 (the plan's ``row_ok``).
 
@@ -32,6 +36,7 @@ from attnkit.kernels.blocksparse import keep
 from attnkit.kernels.blocksparse.dropout_band import Setup
 from attnkit.kernels.blocksparse.dropout_math import tile_backward, tile_forward
 from attnkit.kernels.blocksparse.plans import BandPlan, Plan
+from attnkit.kernels.blocksparse.sinks import cap_scores, sink_forward, sink_grad
 
 CHUNK_ENTRIES = 2**20
 """Most score entries (summed over the batch) of one explicit tile; larger tiles are cut."""
@@ -97,8 +102,10 @@ def _rows_slice(x: Tensor | None, tile: Tile) -> Tensor | None:
     return None if x is None else x[..., tile.r0 - tile.m0 : tile.r1 - tile.m0, :]
 
 
-def _drop(s: Setup, tile: Tile) -> Tensor:
-    """Drop mask of ``tile`` (True = dropped): (P' * R, n, m) bool."""
+def _drop(s: Setup, tile: Tile) -> Tensor | None:
+    """Drop mask of ``tile`` (True = dropped): (P' * R, n, m) bool; None for p = 0."""
+    if s.p == 0:
+        return None
     r = torch.arange(tile.r0, tile.r1)
     i, g = r // s.fold, r % s.fold
     pe = torch.arange(s.elements) if tile.p is None else torch.tensor([tile.p])
@@ -107,14 +114,19 @@ def _drop(s: Setup, tile: Tile) -> Tensor:
     return _flat(keep.drop_tile(rows, tile.lo, tile.hi, keep.threshold(s.p)))
 
 
-def _scores(s: Setup, tile: Tile, q: Tensor, k: Tensor) -> Tensor:
-    """Masked scores q kᵀ · scale + mask of ``tile``: (P' * R, n, m), -inf where not allowed."""
+def _scores(s: Setup, tile: Tile, q: Tensor, k: Tensor, grad: bool = False):
+    """(masked scores softcap(q kᵀ · scale) + mask of ``tile``: (P' * R, n, m), -inf where not
+    allowed; the softcap's derivative when ``grad``, else None)."""
     qs, ks = _sel(q, tile, tile.r0, tile.r1), _sel(k, tile, tile.lo, tile.hi)
     lead, n, m = qs.shape[:2], qs.shape[-2], ks.shape[-2]
     qf, kt = _flat(qs), _flat(ks).transpose(-2, -1)
     mask = _rows_slice(tile.mask, tile)
-    if mask is None:
+    dcap = None
+    if mask is None or s.softcap is not None:
         sc = torch.bmm(qf, kt).mul_(s.scale)
+        dcap = cap_scores(sc, s.softcap, grad)
+        if mask is not None:
+            sc.view(lead + (n, m)).add_(mask.detach())
     else:
         sc = torch.empty((qf.shape[0], n, m), dtype=q.dtype)  # never a view of the mask
         sc.view(lead + (n, m)).copy_(mask.detach())
@@ -122,31 +134,37 @@ def _scores(s: Setup, tile: Tile, q: Tensor, k: Tensor) -> Tensor:
     if tile.causal:  # top-left inside the tile (a document & causal call, never folded)
         r = torch.arange(tile.r0 - tile.m0, tile.r1 - tile.m0)[:, None]
         sc.masked_fill_(torch.arange(m) > r, -math.inf)
-    return sc
+    return sc, dcap
 
 
-def dropout_forward(s: Setup, plan: Plan, q: Tensor, k: Tensor, v: Tensor):
-    """q (P, R, L, d), k, v (P, R, Lk, d) -> (output (P, R, L, d), logsumexp (P, R, L, 1))."""
+def dropout_forward(s: Setup, plan: Plan, q: Tensor, k: Tensor, v: Tensor, sinks=None):
+    """q (P, R, L, d), k, v (P, R, Lk, d), sinks (P, R, L, 1) or None -> (output (P, R, L, d),
+    logsumexp (P, R, L, 1), with the sinks)."""
     out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=q.device)
     lse = torch.full(q.shape[:-1] + (1,), math.inf, dtype=q.dtype, device=q.device)
     c = 1.0 / (1.0 - s.p)
     for whole in _tiles(plan):
         for t in _chunks(whole, q.shape[1] * (q.shape[0] if whole.p is None else 1)):
             vf = _flat(_sel(v, t, t.lo, t.hi))
-            o, m = tile_forward(_scores(s, t, q, k), _drop(s, t), vf, c)
+            o, m = tile_forward(_scores(s, t, q, k)[0], _drop(s, t), vf, c)
+            if sinks is not None:
+                o, m = sink_forward(o, m[..., 0], _flat(_sel(sinks, t, t.r0, t.r1))[..., 0])
+                m = m[..., None]
             ok = _rows_slice(t.row_ok, t)
             dst = _sel(out, t, t.r0, t.r1)
             o = o.view(dst.shape)
             dst.copy_(o if ok is None else o * ok)
             _sel(lse, t, t.r0, t.r1).copy_(m.view(dst.shape[:-1] + (1,)))
     if band.applies(plan):
-        band.forward(s, plan, q, k, v, out, lse)
+        band.forward(s, plan, q, k, v, out, lse, sinks)
     return out, lse
 
 
-def dropout_backward(s: Setup, plan: Plan, go: Tensor, q, k, v, out, lse, masks: list):
-    """Gradients (gq, gk, gv, [grad of each learned tile mask]) from the saved tensors."""
+def dropout_backward(s: Setup, plan: Plan, go: Tensor, q, k, v, out, lse, masks: list, sinks=None):
+    """Gradients (gq, gk, gv, [grad of each learned tile mask], grad of sinks or None) from
+    the saved tensors."""
     gq, gk, gv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    gs = None if sinks is None else torch.zeros_like(sinks)
     gmasks = [torch.zeros_like(m) for m in masks]
     c = 1.0 / (1.0 - s.p)
     for whole in _tiles(plan):
@@ -157,10 +175,13 @@ def dropout_backward(s: Setup, plan: Plan, go: Tensor, q, k, v, out, lse, masks:
                 g = g * ok
             d = _flat((g * _sel(out, t, t.r0, t.r1)).sum(-1, keepdim=True))  # rowsum(dO * O)
             qs, ks, vs = _sel(q, t, t.r0, t.r1), _sel(k, t, t.lo, t.hi), _sel(v, t, t.lo, t.hi)
-            sc, lse_t = _scores(s, t, q, k), _flat(_sel(lse, t, t.r0, t.r1))
+            (sc, dcap), lse_t = _scores(s, t, q, k, True), _flat(_sel(lse, t, t.r0, t.r1))
             ds, dq, dk, dv = tile_backward(
-                sc, lse_t, _drop(s, t), _flat(g) * c, d, _flat(qs), _flat(ks), _flat(vs)
+                sc, lse_t, _drop(s, t), _flat(g) * c, d, _flat(qs), _flat(ks), _flat(vs), dcap
             )
+            if gs is not None:
+                sk = _flat(_sel(sinks, t, t.r0, t.r1))
+                _sel(gs, t, t.r0, t.r1).add_(sink_grad(sk, lse_t, d).view(g.shape[:-1] + (1,)))
             _sel(gv, t, t.lo, t.hi).add_(dv.view(vs.shape))
             _sel(gq, t, t.r0, t.r1).add_(dq.view(g.shape[:-1] + ks.shape[-1:]), alpha=s.scale)
             _sel(gk, t, t.lo, t.hi).add_(dk.view(ks.shape), alpha=s.scale)
@@ -168,23 +189,28 @@ def dropout_backward(s: Setup, plan: Plan, go: Tensor, q, k, v, out, lse, masks:
                 dst = gmasks[t.index][..., t.r0 - t.m0 : t.r1 - t.m0, :]
                 dst += ds.view(g.shape[:-1] + ds.shape[-1:]).sum_to_size(dst.shape)
     if band.applies(plan):
-        band.backward(s, plan, go, q, k, v, out, lse, gq, gk, gv)
-    return gq, gk, gv, gmasks
+        band.backward(s, plan, go, q, k, v, out, lse, gq, gk, gv, sinks, gs)
+    return gq, gk, gv, gmasks, gs
 
 
 class DropoutFn(torch.autograd.Function):
-    """(softmax(q kᵀ · scale + tile masks) * keep / (1 - p)) v by ``plan``: q, k, v in the
-    plan's shape; extra inputs: the plan's learned tile masks (their gradients are returned)."""
+    """(softmax(softcap(q kᵀ · scale) + tile masks) * keep / (1 - p)) v by ``plan``: q, k, v
+    in the plan's shape; ``sinks`` (rows, 1) or None; extra inputs: the plan's learned tile
+    masks (their gradients are returned)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan: Plan, setup: Setup, *masks):
-        out, lse = dropout_forward(setup, plan, q, k, v)
-        ctx.plan, ctx.setup = plan, setup
-        ctx.save_for_backward(q, k, v, out, lse, *masks)
+    def forward(ctx, q, k, v, plan: Plan, setup: Setup, sinks, *masks):
+        out, lse = dropout_forward(setup, plan, q, k, v, sinks)
+        ctx.plan, ctx.setup, ctx.has_sinks = plan, setup, sinks is not None
+        extra = (sinks,) if sinks is not None else ()
+        ctx.save_for_backward(q, k, v, out, lse, *extra, *masks)
         return out
 
     @staticmethod
     def backward(ctx, go):
         q, k, v, out, lse, *masks = ctx.saved_tensors
-        gq, gk, gv, gmasks = dropout_backward(ctx.setup, ctx.plan, go, q, k, v, out, lse, masks)
-        return (gq, gk, gv, None, None, *gmasks)
+        sinks = masks.pop(0) if ctx.has_sinks else None
+        gq, gk, gv, gmasks, gs = dropout_backward(
+            ctx.setup, ctx.plan, go, q, k, v, out, lse, masks, sinks
+        )
+        return (gq, gk, gv, None, None, gs, *gmasks)
