@@ -72,6 +72,26 @@ def gemma2(softcap: float | None = 50.0):
     return tf.Gemma2ForCausalLM(cfg)
 
 
+def gpt_oss(window: int = 4):
+    """gpt-oss: attention sinks (one learned logit per head, drawn large enough to matter),
+    sliding-window layers alternating with full ones, grouped-query heads, a tiny MoE."""
+    cfg = tf.GptOssConfig(
+        **_decoder_common(
+            head_dim=8,
+            sliding_window=window,
+            layer_types=["sliding_attention", "full_attention"],
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        )
+    )
+    m = tf.GptOssForCausalLM(cfg)
+    with torch.no_grad():
+        for layer in m.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    return m
+
+
 def bert():
     cfg = tf.BertConfig(
         vocab_size=VOCAB,
@@ -130,11 +150,13 @@ BUILDERS = {
     "mistral": mistral,
     "qwen2": qwen2,
     "gemma3": gemma3,
+    "gemma2": gemma2,
+    "gpt_oss": gpt_oss,
     "bert": bert,
     "bart": bart,
     "t5": t5,
 }
-DECODERS = ("llama", "mistral", "qwen2", "gemma3")
+DECODERS = ("llama", "mistral", "qwen2", "gemma3", "gemma2", "gpt_oss")
 ENCODER_DECODERS = ("bart", "t5")
 
 
