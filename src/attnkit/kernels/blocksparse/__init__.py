@@ -47,7 +47,7 @@ from attnkit.kernels.base import AttentionCall, Backend, ungrouped
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.fold import fold_q, group_size, unfold_out
 from attnkit.kernels.blocksparse.keep import draw_seed
-from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan
+from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_causal
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
 from attnkit.kernels.numerics import fused_backward_ok, mask_tensors, numerics, run_dot
@@ -154,7 +154,10 @@ def _dropout(call: AttentionCall, plan: Plan, q, k, v, g: int, sinks: Tensor | N
         q, k, v = q[None], k[None], v[None]
         sinks = None if sinks is None else sinks[None]
     seed = draw_seed() if call.dropout_p > 0 else 0
-    setup = Setup(call.scale, call.dropout_p, seed, g, q.shape[0], q.shape[1], call.softcap)
+    keep_lse = call.needs_grad or sinks is not None
+    setup = Setup(
+        call.scale, call.dropout_p, seed, g, q.shape[0], q.shape[1], call.softcap, keep_lse
+    )
     out = DropoutFn.apply(q, k, v, plan, setup, sinks, *plan.grad_masks())
     return out[0] if band else out
 
@@ -262,7 +265,10 @@ class BlocksparseBackend(Backend):
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
         if call.grouped and not (
-            group_size(call) and numerics(call)[1] and fused_backward_ok(call)
+            group_size(call)
+            and numerics(call)[1]
+            and fused_backward_ok(call)
+            and not single_causal(call)
         ):
             call = ungrouped(call)  # per-head masks, and the policy's paths, need H heads
         return attend(call, self.block_q, self.block_kv), None

@@ -41,6 +41,10 @@ from attnkit.kernels.blocksparse.sinks import cap_scores, sink_forward, sink_gra
 CHUNK_ENTRIES = 2**20
 """Most score entries (summed over the batch) of one explicit tile; larger tiles are cut."""
 
+SOFTCAP_CHUNK_ENTRIES = 2**22
+"""The same without dropout (softcap only): fewer, larger tensor operations (each a parallel
+region) for the same O(chunk) memory order; no keep mask is drawn."""
+
 
 @dataclass(frozen=True)
 class Tile:
@@ -79,11 +83,18 @@ def _tiles(plan: Plan) -> list[Tile]:
     return out
 
 
-def _chunks(t: Tile, batch: int) -> Iterator[Tile]:
-    """``t`` cut into row chunks of at most CHUNK_ENTRIES scores."""
-    step = max(1, CHUNK_ENTRIES // max(1, batch * (t.hi - t.lo)))
+def _chunks(t: Tile, batch: int, entries: int = CHUNK_ENTRIES) -> Iterator[Tile]:
+    """``t`` cut into row chunks of at most ``entries`` scores; a causal tile's chunks stop at
+    the diagonal (rows a..b-1 need keys lo .. lo + b - 1 - m0 only)."""
+    step = max(1, entries // max(1, batch * (t.hi - t.lo)))
     for a in range(t.r0, t.r1, step):
-        yield replace(t, r0=a, r1=min(t.r1, a + step))
+        b = min(t.r1, a + step)
+        hi = min(t.hi, t.lo + b - t.m0) if t.causal else t.hi
+        yield replace(t, r0=a, r1=b, hi=hi)
+
+
+def _entries(s: Setup) -> int:
+    return CHUNK_ENTRIES if s.p > 0 else SOFTCAP_CHUNK_ENTRIES
 
 
 def _sel(t: Tensor, tile: Tile, a: int, b: int) -> Tensor:
@@ -122,18 +133,22 @@ def _scores(s: Setup, tile: Tile, q: Tensor, k: Tensor, grad: bool = False):
     qf, kt = _flat(qs), _flat(ks).transpose(-2, -1)
     mask = _rows_slice(tile.mask, tile)
     dcap = None
-    if mask is None or s.softcap is not None:
-        sc = torch.bmm(qf, kt).mul_(s.scale)
+    if s.softcap is not None:  # q scaled by scale / c first: (n, d) instead of (n, m)
+        sc = torch.bmm(qf * (s.scale / s.softcap), kt)
         dcap = cap_scores(sc, s.softcap, grad)
         if mask is not None:
             sc.view(lead + (n, m)).add_(mask.detach())
+    elif mask is None:
+        sc = torch.bmm(qf, kt).mul_(s.scale)
     else:
         sc = torch.empty((qf.shape[0], n, m), dtype=q.dtype)  # never a view of the mask
         sc.view(lead + (n, m)).copy_(mask.detach())
         sc.baddbmm_(qf, kt, alpha=s.scale)
-    if tile.causal:  # top-left inside the tile (a document & causal call, never folded)
-        r = torch.arange(tile.r0 - tile.m0, tile.r1 - tile.m0)[:, None]
-        sc.masked_fill_(torch.arange(m) > r, -math.inf)
+    if tile.causal:  # top-left inside the tile (a document & causal call, never folded):
+        r = torch.arange(tile.r0 - tile.m0, tile.r1 - tile.m0)[:, None]  # only the columns
+        c0 = tile.r0 - tile.m0 + 1  # right of the chunk's first row hold disallowed entries
+        if c0 < m:
+            sc[:, :, c0:].masked_fill_(torch.arange(c0, m) > r, -math.inf)
     return sc, dcap
 
 
@@ -144,9 +159,9 @@ def dropout_forward(s: Setup, plan: Plan, q: Tensor, k: Tensor, v: Tensor, sinks
     lse = torch.full(q.shape[:-1] + (1,), math.inf, dtype=q.dtype, device=q.device)
     c = 1.0 / (1.0 - s.p)
     for whole in _tiles(plan):
-        for t in _chunks(whole, q.shape[1] * (q.shape[0] if whole.p is None else 1)):
+        for t in _chunks(whole, q.shape[1] * (q.shape[0] if whole.p is None else 1), _entries(s)):
             vf = _flat(_sel(v, t, t.lo, t.hi))
-            o, m = tile_forward(_scores(s, t, q, k)[0], _drop(s, t), vf, c)
+            o, m = tile_forward(_scores(s, t, q, k)[0], _drop(s, t), vf, c, s.lse)
             if sinks is not None:
                 o, m = sink_forward(o, m[..., 0], _flat(_sel(sinks, t, t.r0, t.r1))[..., 0])
                 m = m[..., None]
@@ -154,7 +169,8 @@ def dropout_forward(s: Setup, plan: Plan, q: Tensor, k: Tensor, v: Tensor, sinks
             dst = _sel(out, t, t.r0, t.r1)
             o = o.view(dst.shape)
             dst.copy_(o if ok is None else o * ok)
-            _sel(lse, t, t.r0, t.r1).copy_(m.view(dst.shape[:-1] + (1,)))
+            if m is not None:
+                _sel(lse, t, t.r0, t.r1).copy_(m.view(dst.shape[:-1] + (1,)))
     if band.applies(plan):
         band.forward(s, plan, q, k, v, out, lse, sinks)
     return out, lse
@@ -168,7 +184,7 @@ def dropout_backward(s: Setup, plan: Plan, go: Tensor, q, k, v, out, lse, masks:
     gmasks = [torch.zeros_like(m) for m in masks]
     c = 1.0 / (1.0 - s.p)
     for whole in _tiles(plan):
-        for t in _chunks(whole, q.shape[1] * (q.shape[0] if whole.p is None else 1)):
+        for t in _chunks(whole, q.shape[1] * (q.shape[0] if whole.p is None else 1), _entries(s)):
             g = _sel(go, t, t.r0, t.r1)
             ok = _rows_slice(t.row_ok, t)
             if ok is not None:

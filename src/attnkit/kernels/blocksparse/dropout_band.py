@@ -44,6 +44,8 @@ class Setup:
     elements: int
     heads: int
     softcap: float | None = None
+    lse: bool = True
+    """Keep each row's logsumexp (False: inference without sinks, where nothing reads it)."""
 
 
 def applies(plan: Plan) -> bool:
@@ -84,7 +86,7 @@ def _scores(s: Setup, plan: BandPlan, qf: Tensor, kf: Tensor, grad: bool = False
     """(softcap(q kᵀ · scale) + the band mask: (N * n, rows, w); the softcap's derivative when
     ``grad``, else None)."""
     if s.softcap is not None:
-        sc = torch.bmm(qf, kf.transpose(-2, -1)).mul_(s.scale)
+        sc = torch.bmm(qf * (s.scale / s.softcap), kf.transpose(-2, -1))
         dcap = cap_scores(sc, s.softcap, grad)
         return sc.add_(plan.mask[0]), dcap
     sc = torch.empty(qf.shape[0], qf.shape[1], kf.shape[1], dtype=qf.dtype)
@@ -114,13 +116,14 @@ def forward(s: Setup, plan: BandPlan, q, k, v, out: Tensor, lse: Tensor, sinks=N
         qf = q[0, :, b0 * rows : b1 * rows].reshape(-1, rows, q.shape[-1])
         kf, vf = _windows(plan, k[0], lo0, n), _windows(plan, v[0], lo0, n)
         drop = _drop(s, plan, b0, b1, lo0, heads)
-        o, m = tile_forward(_scores(s, plan, qf, kf)[0], drop, vf, c)
-        if sinks is not None:
+        o, m = tile_forward(_scores(s, plan, qf, kf)[0], drop, vf, c, s.lse)
+        if m is not None and sinks is not None:
             sk = sinks[0, :, b0 * rows : b1 * rows].reshape(-1, rows)
             o, m = sink_forward(o, m[..., 0], sk)
             m = m[..., None]
         out[0, :, b0 * rows : b1 * rows] = o.view(heads, n * rows, -1)
-        lse[0, :, b0 * rows : b1 * rows] = m.view(heads, n * rows, 1)
+        if m is not None:
+            lse[0, :, b0 * rows : b1 * rows] = m.view(heads, n * rows, 1)
 
 
 def backward(

@@ -19,9 +19,14 @@ import torch
 from torch import Tensor
 
 
-def tile_forward(s: Tensor, drop: Tensor | None, v: Tensor, c: float) -> tuple[Tensor, Tensor]:
+def tile_forward(
+    s: Tensor, drop: Tensor | None, v: Tensor, c: float, lse: bool = True
+) -> tuple[Tensor, Tensor | None]:
     """(output (B, n, d), logsumexp (B, n, 1)); ``s`` is consumed (overwritten); ``drop``
-    None: nothing dropped (p = 0, c = 1)."""
+    None: nothing dropped (p = 0, c = 1). Without ``lse`` (no backward, no sinks) and without
+    dropout the logsumexp is None and the softmax is torch's own (one pass per row)."""
+    if not lse and drop is None:
+        return torch.bmm(torch.softmax(s, -1), v), None
     m = s.amax(-1, keepdim=True)
     total = s.sub_(m).exp_().sum(-1, keepdim=True)
     if drop is not None:

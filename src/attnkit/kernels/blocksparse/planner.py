@@ -135,6 +135,22 @@ def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | 
     )
 
 
+def single_causal(call: AttentionCall) -> bool:
+    """True when the plan is one call with a causal tile: a plain top-left causal mask without
+    bias, for a call with sinks or a softcap (the only reasons ``auto`` sends a plain causal
+    mask here: the dense backend has neither). On the fused path SDPA's ``is_causal`` skips the
+    blocks above the diagonal itself and its log-sum-exp gives the sinks; explicit tiles cut
+    the causal tile into row chunks that stop at the diagonal. No tile mask is built. Grouped
+    calls take it with k and v repeated (``is_causal`` cannot see folded rows)."""
+    m = call.mask
+    return (
+        (call.sinks is not None or call.softcap is not None)
+        and m is not None
+        and m.is_plain_causal
+        and not m.has_bias
+    )
+
+
 def _docs_mask(mask: Mask, call: AttentionCall) -> tuple[document, bool] | None:
     """(document mask, causal inside documents) when the docs plan applies, else None."""
     if isinstance(mask, document):
@@ -296,6 +312,9 @@ def make_plan(
     mkey += (fold,)
     mcache = None if call.bias_needs_grad else call.mask.plan_cache
     plan = None if mcache is None else mcache.get(mkey)
+    if plan is None and single_causal(call) and fold == 1:
+        plan = CallsPlan("docs", call.q_len, call.kv_len, calls=(Call(0, call.q_len, 0,
+                         call.kv_len, is_causal=True),))  # fmt: skip
     if plan is None:
         plan = _band_plan(call, block_q, dtype) or _docs_plan(call, block_q)
         plan = plan and fold_plan(plan, fold)

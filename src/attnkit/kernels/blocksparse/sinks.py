@@ -37,12 +37,11 @@ def sink_grad(sink: Tensor, lse: Tensor, d: Tensor) -> Tensor:
     return torch.exp(sink - lse).mul_(d).neg_()
 
 
-def cap_scores(s: Tensor, softcap: float | None, grad: bool) -> Tensor | None:
-    """Cap the scaled scores ``s`` in place: s <- c * tanh(s / c); returns 1 - tanh(s / c)²
-    (the derivative, for a backward) when ``grad``, else None. No-op for ``softcap`` None."""
-    if softcap is None:
-        return None
-    t = s.div_(softcap).tanh_()
+def cap_scores(s: Tensor, softcap: float, grad: bool) -> Tensor | None:
+    """Cap in place the scores ``s`` = q kᵀ · scale / c, computed with q scaled by scale / c
+    beforehand (one pass over the scores fewer): s <- c * tanh(s); returns 1 - tanh(s)² (the
+    derivative, for a backward) when ``grad``, else None."""
+    t = s.tanh_()
     dcap = torch.addcmul(torch.ones((), dtype=t.dtype), t, t, value=-1.0) if grad else None
     t.mul_(softcap)
     return dcap
