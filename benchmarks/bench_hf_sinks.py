@@ -29,7 +29,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import child, main, max_rel_err, measure_pair, peak_memory_mib, row, run_child  # noqa: E402
+from common import (  # noqa: E402
+    child,
+    main,
+    max_rel_err,
+    measure_pair,
+    peak_memory_mib,
+    row,
+    run_child,
+    train_step,
+)
 
 VOCAB = 1024
 SHAPE = dict(
@@ -151,20 +160,10 @@ def gpt_oss_train(quick: bool) -> dict:
     ids = _ids(n)
     for m in (ours, peer):
         m.train()
-
-    def step(m):
-        def run():
-            m.zero_grad(set_to_none=True)
-            loss = m(ids, labels=ids, use_cache=False).loss
-            loss.backward()
-            return loss.detach()
-
-        return run
-
-    la, lb = step(ours)(), step(peer)()
+    la, lb = train_step(ours, ids)(), train_step(peer, ids)()
     ga = [p.grad for n_, p in ours.named_parameters() if n_.endswith("sinks")]
     gb = [p.grad for n_, p in peer.named_parameters() if n_.endswith("sinks")]
-    res = measure_pair(step(ours), step(peer), 3)
+    res = measure_pair(train_step(ours, ids), train_step(peer, ids), 3)
     ratio = res["peer_s"] / res["impl_s"]
     res["extra"].update(
         loss_diff=f"{abs(float(la - lb)):.1e}",
