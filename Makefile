@@ -53,6 +53,11 @@ long: $(STAMP_DEV)
 pack-lengths: $(STAMP_RUN)
 	cd benchmarks && ../$(BIN)/python bench_train.py --child pack-lengths --arg 16,32,64,128,256,512
 
+# The README's list of transformers architectures, rewritten from the tiny models that match eager.
+.PHONY: readme-hf
+readme-hf: $(STAMP_DEV)
+	ATTNKIT_WRITE_README=1 $(BIN)/python -m pytest -q tests/integrations/test_architectures_readme.py
+
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
 
