@@ -291,6 +291,8 @@ def multi_head_attention(
     return_weights: bool = False,
     average_weights: bool = False,
     backend: str = "auto",
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """MultiHead(Q, K, V) = Concat(head_1..head_H) W^O, head_i = Attention(Q W^Q_i, K W^K_i,
     V W^V_i) (seed 001); self-attention is ``multi_head_attention(x, x, x, ...)``.
@@ -304,6 +306,7 @@ def multi_head_attention(
         mask: mask object / tensor broadcastable to (B, H, Lq, Lk).
         return_weights: per-head weights (B, H, Lq, Lk); ``average_weights`` averages heads
             to (B, Lq, Lk).
+        softcap, sinks (H,): as in :func:`scaled_dot_product_attention`.
     Returns:
         (output (B, Lq, E_out), weights or None).
 
@@ -354,13 +357,17 @@ def multi_head_attention(
     backend = dispatch.check_backend_name(backend)
     ts = (query, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
-    b = C.select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend)
+    cap, sinks = C.check_softcap_sinks(softcap, sinks, C.probe((bsz, h, lq, dk), query, False))
+    b = C.select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend, cap, sinks)
 
     f = torch.nn.functional.linear
     q = split_heads(f(query, w_q, b_q), h)  # (B, H, Lq, dk)
     k = split_heads(f(key, w_k, b_k), g)  # (B, G, Lk, dk)
     v = split_heads(f(value, w_v, b_v), g)  # (B, G, Lk, dv)
-    call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
+    call = AttentionCall(
+        kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
+        softcap=cap, sinks=sinks,
+    )  # fmt: skip
     out, weights = b.run(C.grouped_for(b, call))
     out = f(merge_heads(out), w_o, b_o)
     if weights is not None and avg:

@@ -347,3 +347,30 @@ def test_blocksparse_dropout_with_softcap_and_sinks(kind, cap, sink):
         torch.autograd.grad(out, ins, go.float()), torch.autograd.grad(o64, ins64, go), "qkvs"
     ):
         _close(a.double().numpy(), r.numpy(), torch.float32, f"d{n} {kind}")
+
+
+@pytest.mark.parametrize("backend", ["math", "blocksparse"])
+def test_multi_head_attention_passes_softcap_and_sinks(backend):
+    """multi_head_attention (H = 4 query heads over G = 2 key/value heads) equals the reference
+    on the projected heads, with the output projection applied in float64."""
+    from attnkit.masks import SlidingWindow
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 37, 16, generator=g, dtype=torch.float64)
+    wq, wk, wv = (torch.randn(n, 16, generator=g, dtype=torch.float64) / 4 for n in (32, 16, 16))
+    wo = torch.randn(16, 32, generator=g, dtype=torch.float64) / 4
+    sinks = torch.randn(4, generator=g, dtype=torch.float64)
+    mask = SlidingWindow(5, 0)
+    out, _ = F.multi_head_attention(
+        x, x, x, 4, wq, wk, wv, wo, mask=mask, num_kv_heads=2, softcap=1.5, sinks=sinks,
+        backend=backend,
+    )  # fmt: skip
+    q = (x @ wq.T).view(2, 37, 4, 8).transpose(1, 2).numpy()
+    k = (x @ wk.T).view(2, 37, 2, 8).transpose(1, 2).repeat_interleave(2, 1).numpy()
+    v = (x @ wv.T).view(2, 37, 2, 8).transpose(1, 2).repeat_interleave(2, 1).numpy()
+    allowed = mask.materialize(37, 37).numpy()
+    tr = R.scaled_dot_product_sinks(q, k, v, allowed, softcap=1.5, sinks=sinks.numpy())
+    want = torch.from_numpy(tr.output).transpose(1, 2).reshape(2, 37, 32) @ wo.T
+    _close(out.detach().numpy(), want.numpy(), torch.float64, "multi_head_attention")
+    with pytest.raises(ValueError, match=r"sinks: expected shape \(H,\) = \(4,\)"):
+        F.multi_head_attention(x, x, x, 4, wq, wk, wv, wo, num_kv_heads=2, sinks=sinks[:2])
