@@ -19,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import attnkit.kernels.blocksparse as bs
 from attnkit import functional as F
 from attnkit import reference as R
 from attnkit.kernels.base import AttentionCall
@@ -374,3 +375,49 @@ def test_multi_head_attention_passes_softcap_and_sinks(backend):
     _close(out.detach().numpy(), want.numpy(), torch.float64, "multi_head_attention")
     with pytest.raises(ValueError, match=r"sinks: expected shape \(H,\) = \(4,\)"):
         F.multi_head_attention(x, x, x, 4, wq, wk, wv, wo, num_kv_heads=2, sinks=sinks[:2])
+
+
+@pytest.mark.parametrize(
+    "band, lq, lk",
+    [
+        (("causal",), 97, 97),
+        (("causal",), 61, 130),
+        ((5, 0, "top_left"), 97, 97),
+        ((2, 3, "top_left"), 72, 70),
+        ((7, 0, "bottom_right"), 40, 97),
+        ((0, 4, "bottom_right"), 97, 120),
+    ],
+)
+@pytest.mark.parametrize("grad", [False, True])
+def test_softcap_band_tiles_in_small_chunks(band, lq, lk, grad, monkeypatch):
+    """Bands served as one tile whose row chunks follow the band (edges masked by index), cut
+    into chunks of a few hundred scores so that many chunks and both edges occur; inference
+    (torch's softmax, no logsumexp) and training, with grouped heads and sinks."""
+    from attnkit.kernels.blocksparse import dropout as bsd
+    from attnkit.kernels.blocksparse import planner
+    from attnkit.masks import Causal, SlidingWindow
+
+    monkeypatch.setattr(bsd, "SOFTCAP_CHUNK_ENTRIES", 700)
+    monkeypatch.setattr(bsd, "INFERENCE_CHUNK_ENTRIES", 500)
+    mask = Causal() if band[0] == "causal" else SlidingWindow(*band)
+    g = torch.Generator().manual_seed(lq)
+    xs = [
+        torch.randn(2, h, n, 8, generator=g, dtype=torch.float64).requires_grad_(grad)
+        for h, n in ((4, lq), (2, lk), (2, lk))
+    ]
+    sinks = torch.randn(4, generator=g, dtype=torch.float64).requires_grad_(grad)
+    seen = []
+    orig = planner.make_plan
+    monkeypatch.setattr(bs, "make_plan", lambda *a, **k: seen.append(orig(*a, **k)) or seen[-1])
+    kw = dict(softcap=0.7, sinks=sinks if band[0] == "causal" else None)
+    out = F.grouped_query_attention(*xs, mask, backend="blocksparse", **kw)
+    assert len(seen[0].calls) == 1 and seen[0].calls[0].mask is None, seen[0]
+    ref = F.grouped_query_attention(*xs, mask, backend="math", **kw)
+    _close(out.detach().numpy(), ref.detach().numpy(), torch.float64, f"output {band}")
+    if grad:
+        ins = xs + ([sinks] if kw["sinks"] is not None else [])
+        go = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        for a, r, n in zip(
+            torch.autograd.grad(out, ins, go), torch.autograd.grad(ref, ins, go), "qkvs"
+        ):
+            _close(a.numpy(), r.numpy(), torch.float64, f"d{n} {band}")

@@ -47,7 +47,7 @@ from attnkit.kernels.base import AttentionCall, Backend, ungrouped
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.fold import fold_q, group_size, unfold_out
 from attnkit.kernels.blocksparse.keep import draw_seed
-from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_causal
+from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_tile
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
 from attnkit.kernels.numerics import fused_backward_ok, mask_tensors, numerics, run_dot
@@ -82,6 +82,12 @@ backend's SDPA math path with dropout). Measured (fwd+bwd, fp32, B=1, H=8, d=64,
 2 threads on a shared 2-core machine, one run): 88% empty (window 128 & causal) 3.6x faster,
 73% 1.04x, 58% 1.1x, 51% (causal & key padding, rows plan) 0.65x."""
 
+SOFTCAP_BLOCK_Q = 512
+"""Query block of the plan of a softcap call without dropout (explicit tiles) when the backend
+has the default BLOCK_Q: a tile is a query block against its key range, and each tile's
+tensor operations cost about the same fixed time on a loaded machine, so fewer, larger tiles
+are faster (a window of 4,096 keys computes 512 / 4,096 more entries than with 128)."""
+
 ELEMENT_CALL_ENTRIES = 2**20
 """Blocks empty in only some elements of the mask's batch (key padding whose length varies per
 element) are skipped with one SDPA call per element and query block, each with its own tile
@@ -104,6 +110,8 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     (which reaches here only when :func:`group_size` is G >= 2) runs with its G query heads per
     key/value head folded into the rows (:mod:`~attnkit.kernels.blocksparse.fold`)."""
     g = group_size(call)
+    if call.softcap is not None and call.dropout_p == 0 and block_q == BLOCK_Q:
+        block_q = SOFTCAP_BLOCK_Q  # explicit tiles: fewer, larger tensor operations
     plan = make_plan(call, block_q, block_kv, compute, fold=g)
     q, k, v = call.q, call.k, call.v
     if q.dtype != compute:
@@ -268,7 +276,7 @@ class BlocksparseBackend(Backend):
             group_size(call)
             and numerics(call)[1]
             and fused_backward_ok(call)
-            and not single_causal(call)
+            and not single_tile(call)
         ):
             call = ungrouped(call)  # per-head masks, and the policy's paths, need H heads
         return attend(call, self.block_q, self.block_kv), None

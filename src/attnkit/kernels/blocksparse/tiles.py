@@ -62,6 +62,8 @@ class Call:
     mask: Tensor | None = None
     row_ok: Tensor | None = None
     is_causal: bool = False
+    band: tuple[float, float] | None = None
+    """Explicit tiles only (:mod:`.dropout`): keys i + band[0] <= j <= i + band[1]."""
 
     @property
     def learns_mask(self) -> bool:
@@ -81,6 +83,7 @@ def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Ten
     output and logsumexp are the ones with the sink, :func:`~.sinks.sink_forward`)."""
     saved = []
     for c in calls:
+        assert c.band is None, "a band tile is for explicit tiles only"
         dst = c.sel(out, c.q0, c.q1)
         if c.hi <= c.lo:
             dst.zero_()
