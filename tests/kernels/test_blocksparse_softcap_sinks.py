@@ -44,9 +44,8 @@ def test_blocksparse_dropout_with_softcap_and_sinks(kind, cap, sink):
     bi = None if bias is None else torch.from_numpy(np.broadcast_to(bias, shape).copy())
     _, w64 = torch_reference(*x64, al, bi, 8**-0.5, cap, s64)
     o64 = (w64 * keep / (1 - p)) @ x64[2]
-    check_close(
-        out.detach().double().numpy(), o64.detach().numpy(), torch.float32, f"output {kind}"
-    )
+    got = out.detach().double().numpy()
+    check_close(got, o64.detach().numpy(), torch.float32, f"output {kind}")
     go = torch.randn(o64.shape, generator=gen, dtype=torch.float64)
     ins, ins64 = (
         xs + ([sinks] if sinks is not None else []),
