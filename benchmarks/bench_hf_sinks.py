@@ -120,7 +120,7 @@ def _prefill(arch: str, n: int, speed: float, what: str) -> dict:
     }
     with torch.inference_mode():
         err = max_rel_err(impl(), ref())
-        res = measure_pair(impl, ref, 3)
+        res = measure_pair(impl, ref, 5)
     ratio, mem_ratio = res["peer_s"] / res["impl_s"], mem["attnkit"] / mem["eager"]
     res["extra"].update(
         rel_err=f"{err:.1e}",
@@ -163,7 +163,7 @@ def gpt_oss_train(quick: bool) -> dict:
     la, lb = train_step(ours, ids)(), train_step(peer, ids)()
     ga = [p.grad for n_, p in ours.named_parameters() if n_.endswith("sinks")]
     gb = [p.grad for n_, p in peer.named_parameters() if n_.endswith("sinks")]
-    res = measure_pair(train_step(ours, ids), train_step(peer, ids), 3)
+    res = measure_pair(train_step(ours, ids), train_step(peer, ids), 7)
     ratio = res["peer_s"] / res["impl_s"]
     res["extra"].update(
         loss_diff=f"{abs(float(la - lb)):.1e}",
