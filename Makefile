@@ -98,6 +98,11 @@ docs: $(STAMP_DEV)
 compat: $(STAMP_DEV)
 	WHEELS=$(WHEELS) $(BIN)/python scripts/compat.py
 
+# The transformers guide's list of architectures, rewritten from the tiny models that match eager.
+.PHONY: readme-hf
+readme-hf: $(STAMP_DEV)
+	ATTNKIT_WRITE_README=1 $(BIN)/python -m pytest -q tests/integrations/test_architectures_readme.py
+
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
 

@@ -34,7 +34,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from common import child, main, max_rel_err, measure_pair, peak_memory_mib, row, run_child  # noqa: E402
+from common import (  # noqa: E402
+    child,
+    main,
+    max_rel_err,
+    measure_pair,
+    peak_memory_mib,
+    row,
+    run_child,
+    train_step,
+)
 
 VOCAB = 1024
 
@@ -199,13 +208,7 @@ def train_4k(quick: bool) -> dict:
         m.train()
 
     def step(m):
-        def run():
-            m.zero_grad(set_to_none=True)
-            loss = m(ids, labels=ids, use_cache=False).loss
-            loss.backward()
-            return loss.detach()
-
-        return run
+        return train_step(m, ids)
 
     la, lb = step(ours)(), step(peer)()
     ga = ours.model.layers[0].self_attn.q_proj.weight.grad

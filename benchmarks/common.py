@@ -346,3 +346,16 @@ def main() -> None:
     out["quick"] = bool(a.quick)
     out["torch_threads"] = _torch_threads()
     print("ROW " + json.dumps(out, default=_jsonable), flush=True)
+
+
+def train_step(m, ids):
+    """One training step of causal LM ``m`` on ``ids`` (gradients zeroed, loss, backward) as a
+    function returning the loss."""
+
+    def run():
+        m.zero_grad(set_to_none=True)
+        loss = m(ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        return loss.detach()
+
+    return run

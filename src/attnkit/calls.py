@@ -30,6 +30,7 @@ __all__ = [
     "additive_call",
     "check_mask",
     "check_qkv",
+    "check_softcap_sinks",
     "dot_call",
     "grouped_call",
     "grouped_for",
@@ -128,6 +129,30 @@ def check_mask(
     return mask
 
 
+def check_softcap_sinks(
+    softcap: object, sinks: object, q: Tensor
+) -> tuple[float | None, Tensor | None]:
+    """(softcap, sinks) checked against q (..., H, Lq, dk): ``softcap`` None or a positive
+    finite number; ``sinks`` None or a floating tensor of shape (H,) with q's dtype and device
+    (one logit per query head, so q needs a head dim)."""
+    cap = None if softcap is None else checks.positive_float("softcap", softcap)
+    if sinks is None:
+        return cap, None
+    sinks = tc.floating_tensor("sinks", sinks)
+    tc.like("sinks", sinks, q, "q")
+    if q.dim() < 3:
+        raise ValueError(
+            f"sinks: one logit per query head needs q with a head dim (..., H, Lq, d_k), "
+            f"got q of shape {tuple(q.shape)}"
+        )
+    if sinks.shape != (q.shape[-3],):
+        raise ValueError(
+            f"sinks: expected shape (H,) = ({q.shape[-3]},) (H from q {tuple(q.shape)}), "
+            f"got {tuple(sinks.shape)}"
+        )
+    return cap, sinks
+
+
 def scale_or_default(scale: object, d_k: int) -> float:
     """``scale`` checked (any finite number: negative and 0 are accepted, as by torch's SDPA),
     or 1/sqrt(d_k) when None."""
@@ -137,11 +162,13 @@ def scale_or_default(scale: object, d_k: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # calls: validated (or remembered) -> AttentionCall + backend
 # ---------------------------------------------------------------------------------------------
-def _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad) -> tuple:
+def _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad, extra) -> tuple:
     """The key of a call signature: :func:`~attnkit.kernels.dispatch.tensor_key` of q, k and v
     (written out: this runs on every call), the mask's key, the options with their types, the
-    requested backend and the grad mode (AttributeError / TypeError for arguments that are not
-    tensors: the caller then checks them the slow way)."""
+    requested backend, the grad mode and ``extra`` = (softcap, sinks) (AttributeError /
+    TypeError for arguments that are not tensors: the caller then checks them the slow way)."""
+    cap, sinks = extra
+    sk = None if sinks is None else (type(sinks), *dispatch.tensor_key(sinks))
     return (
         tag,
         type(q), q.shape, q.stride(), q.dtype, q.device, q.requires_grad,
@@ -151,14 +178,15 @@ def _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, gr
         type(scale), scale, type(dropout_p), dropout_p, type(return_weights), return_weights,
         backend,
         grad,
+        type(cap), cap, sk,
     )  # fmt: skip
 
 
-def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend):
+def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, extra=(None, None)):
     """(key, remembered choice or None); key None when the signature cannot be remembered."""
     grad = torch.is_grad_enabled()
     try:
-        key = _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad)
+        key = _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad, extra)
         if key[19] is None:  # a mask that cannot be remembered
             return None, None
         return key, CACHE.get(key, mask)
@@ -166,41 +194,50 @@ def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend):
         return None, None
 
 
-def _call(q, k, v, mask, hit: Choice) -> AttentionCall:
+def _call(q, k, v, mask, hit: Choice, sinks: Tensor | None = None) -> AttentionCall:
     """The AttentionCall of a remembered signature (the mask tensor lifted as checked before,
     the remembered scan plan in its cache)."""
     if mask is not None and isinstance(mask, Tensor):
         mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
-    call = AttentionCall.dot(q, k, v, mask, *hit.options)
+    call = AttentionCall.dot(q, k, v, mask, *hit.options, sinks=sinks)
     call._cache["scan-plan"] = (q, k, v, hit.scan_plan)  # for these tensors only
     return call
 
 
-def dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: bool):
+def dot_call(
+    q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: bool, softcap=None, sinks=None
+):
     """(call, backend) for a dot-product call; a remembered signature skips the checks."""
     tag = "dot" if scaled else "dot-unscaled"
-    key, hit = _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend)
+    extra = (softcap, sinks)
+    key, hit = _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, extra)
     if hit is not None:
-        return _call(q, k, v, mask, hit), hit.backend
+        return _call(q, k, v, mask, hit, sinks), hit.backend
     backend = dispatch.check_backend_name(backend)
     rw = checks.flag("return_weights", return_weights)
     p = checks.probability("dropout_p", dropout_p)
     q, k, v = check_qkv(q, k, v, same_width=True)
+    cap, sinks = check_softcap_sinks(softcap, sinks, q)
     s = scale_or_default(scale, q.shape[-1]) if scaled else 1.0
     m = check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
-    call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
+    call = AttentionCall(
+        kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
+        softcap=cap, sinks=sinks,
+    )  # fmt: skip
     if rw:
         dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
     b = dispatch.select(call, backend)
     if key is not None:
-        CACHE.put(key, b, (s, p, rw), mask, plan3(q, k, v))
+        CACHE.put(key, b, (s, p, rw, cap), mask, plan3(q, k, v))
     return call, b
 
 
 # ---------------------------------------------------------------------------------------------
 # grouped-query calls: q (..., H, Lq, dk), k and v (..., G, Lk, d), G dividing H
 # ---------------------------------------------------------------------------------------------
-def select_grouped(batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw, backend):
+def select_grouped(
+    batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw, backend, softcap=None, sinks=None
+):
     """The backend for an H-head call (batch = (..., H)), chosen on stand-in tensors with H
     key/value heads, so that the choice is the one of the repeated call and nothing is computed
     before every check has passed."""
@@ -209,7 +246,7 @@ def select_grouped(batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw,
     qp, kp, vp = (probe(batch + (n, d), ref, grad) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
     call = AttentionCall(
         kind="dot", q=qp, k=kp, v=vp, mask=mask, scale=scale, dropout_p=dropout_p,
-        return_weights=rw,
+        return_weights=rw, softcap=softcap, sinks=sinks,
     )  # fmt: skip
     return dispatch.select(call, backend)
 
@@ -249,25 +286,34 @@ def _check_grouped(q, k, v) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
-def grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend):
+def grouped_call(
+    q, k, v, mask, scale, dropout_p, return_weights, backend, softcap=None, sinks=None
+):
     """(call, backend) for grouped-query attention with G < H key/value heads: the call holds
     k and v with G heads when the backend declares ``supports_gqa``, else repeated to H. The
     choice is the one for the repeated call; a remembered signature skips checks and choice."""
-    key, hit = _remembered("gqa", q, k, v, mask, scale, dropout_p, return_weights, backend)
+    extra = (softcap, sinks)
+    key, hit = _remembered("gqa", q, k, v, mask, scale, dropout_p, return_weights, backend, extra)
     if hit is not None:
-        return grouped_for(hit.backend, _call(q, k, v, mask, hit)), hit.backend
+        return grouped_for(hit.backend, _call(q, k, v, mask, hit, sinks)), hit.backend
     backend = dispatch.check_backend_name(backend)
     rw = checks.flag("return_weights", return_weights)
     p = checks.probability("dropout_p", dropout_p)
     q, k, v = _check_grouped(q, k, v)
+    cap, sinks = check_softcap_sinks(softcap, sinks, q)
     s = scale_or_default(scale, q.shape[-1])
     batch, lq, lk = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2]
     m = check_mask(mask, batch, lq, lk, q.device)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    b = select_grouped(batch, lq, lk, q.shape[-1], v.shape[-1], q, grad, m, s, p, rw, backend)
+    b = select_grouped(
+        batch, lq, lk, q.shape[-1], v.shape[-1], q, grad, m, s, p, rw, backend, cap, sinks
+    )
     if key is not None:
-        CACHE.put(key, b, (s, p, rw), mask, plan3(q, k, v))
-    call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
+        CACHE.put(key, b, (s, p, rw, cap), mask, plan3(q, k, v))
+    call = AttentionCall(
+        kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
+        softcap=cap, sinks=sinks,
+    )  # fmt: skip
     return grouped_for(b, call), b
 
 

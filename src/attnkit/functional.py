@@ -74,6 +74,8 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     backend: str = "auto",
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(q kᵀ · scale + mask) v, with scale = 1/sqrt(d_k) unless given.
 
@@ -84,6 +86,11 @@ def scaled_dot_product_attention(
         dropout_p: dropout on the weights, in [0, 1).
         return_weights: also return the weights (..., Lq, Lk) (before dropout).
         backend: "auto" or a backend name (``attnkit.kernels.BACKENDS``).
+        softcap: c > 0 caps the scaled scores to c * tanh(s / c) before mask and bias
+            (Gemma 2's attention-logit softcapping); None: no cap.
+        sinks: (H,) with q (..., H, Lq, dk): one logit per query head that joins every row's
+            softmax denominator and is then dropped (gpt-oss's attention sinks; differentiable,
+            the returned weights leave the sink out and sum to less than 1).
 
     Returns:
         output (..., Lq, dv), or (output, weights) when ``return_weights``.
@@ -91,11 +98,15 @@ def scaled_dot_product_attention(
     Equivalent to::
 
         scores = q @ k.transpose(-2, -1) * scale          # (..., Lq, Lk)
+        scores = softcap * tanh(scores / softcap)         # when softcap is given
         scores = scores + bias; scores[~allowed] = -inf
-        w = softmax(scores, -1); w[row has no allowed key] = 0
+        scores = cat([scores, sinks[h] per row], -1)      # when sinks are given: (..., Lk + 1)
+        w = softmax(scores, -1)[..., :Lk]; w[row has no allowed key] = 0
         out = dropout(w) @ v
     """
-    call, b = C.dot_call(q, k, v, mask, scale, dropout_p, return_weights, backend, True)
+    call, b = C.dot_call(
+        q, k, v, mask, scale, dropout_p, return_weights, backend, True, softcap, sinks
+    )
     out, weights = b.run(call)
     return (out, weights) if return_weights else out
 
@@ -187,13 +198,16 @@ def explain_dispatch(
     w_q: Tensor | None = None,
     w_k: Tensor | None = None,
     w_v: Tensor | None = None,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Dispatch:
     """Which backend would run this call, why each other backend was rejected, and why it runs
     in float64 when the overflow policy sends it there (``precision``).
 
     ``kind`` is "dot" (scaled / unscaled dot product) or "additive" (then give w_q, w_k, w_v).
-    Nothing is computed but the policy's input scan (max |entry| of the inputs);
-    ``print(explain_dispatch(...))`` gives a readable report.
+    Nothing is computed but the policy's input scan (max |entry| of the inputs); ``softcap`` and
+    ``sinks`` as in :func:`scaled_dot_product_attention` (every backend says whether it serves
+    them). ``print(explain_dispatch(...))`` gives a readable report.
     """
     checks.choice("kind", kind, ("dot", "additive"))
     backend = dispatch.check_backend_name(backend)
@@ -202,10 +216,17 @@ def explain_dispatch(
         m = C.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
         s, p = C.scale_or_default(scale, q.shape[-1]), checks.probability("dropout_p", dropout_p)
         rw = checks.flag("return_weights", return_weights)
+        cap, sk = C.check_softcap_sinks(softcap, sinks, q)
         call = AttentionCall(
-            kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw
-        )
+            kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
+            softcap=cap, sinks=sk,
+        )  # fmt: skip
     else:
+        if softcap is not None or sinks is not None:
+            raise ValueError(
+                "softcap, sinks: defined for dot-product scores only (kind='dot'), "
+                "not for additive attention"
+            )
         call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
     d = dispatch.explain(call, backend)
     reason = None
@@ -248,6 +269,8 @@ def grouped_query_attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     backend: str = "auto",
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Scaled dot-product attention of H query heads over G key/value heads (G divides H;
     grouped-query attention, G = 1 is multi-query): query head h uses key/value head
@@ -255,7 +278,7 @@ def grouped_query_attention(
 
     Args:
         q: (..., H, Lq, dk); k: (..., G, Lk, dk); v: (..., G, Lk, dv).
-        mask, scale, dropout_p, return_weights, backend: as in
+        mask, scale, dropout_p, return_weights, backend, softcap, sinks (H,): as in
             :func:`scaled_dot_product_attention`; the mask is against (..., H, Lq, Lk).
     Returns:
         output (..., H, Lq, dv), or (output, weights (..., H, Lq, Lk)).
@@ -268,9 +291,11 @@ def grouped_query_attention(
         if k.shape[-3] == q.shape[-3]:  # G = H: plain attention (checks remembered there)
             return scaled_dot_product_attention(
                 q, k, v, mask, scale=scale, dropout_p=dropout_p,
-                return_weights=return_weights, backend=backend,
+                return_weights=return_weights, backend=backend, softcap=softcap, sinks=sinks,
             )  # fmt: skip
-    call, b = C.grouped_call(q, k, v, mask, scale, dropout_p, return_weights, backend)
+    call, b = C.grouped_call(
+        q, k, v, mask, scale, dropout_p, return_weights, backend, softcap, sinks
+    )
     out, weights = b.run(call)
     return (out, weights) if return_weights else out
 
@@ -296,6 +321,8 @@ def multi_head_attention(
     return_weights: bool = False,
     average_weights: bool = False,
     backend: str = "auto",
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """MultiHead(Q, K, V) = Concat(head_1..head_H) W^O, head_i = Attention(Q W^Q_i, K W^K_i,
     V W^V_i) (seed 001); self-attention is ``multi_head_attention(x, x, x, ...)``.
@@ -309,6 +336,7 @@ def multi_head_attention(
         mask: mask object / tensor broadcastable to (B, H, Lq, Lk).
         return_weights: per-head weights (B, H, Lq, Lk); ``average_weights`` averages heads
             to (B, Lq, Lk).
+        softcap, sinks (H,): as in :func:`scaled_dot_product_attention`.
     Returns:
         (output (B, Lq, E_out), weights or None).
 
@@ -359,13 +387,17 @@ def multi_head_attention(
     backend = dispatch.check_backend_name(backend)
     ts = (query, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
-    b = C.select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend)
+    cap, sinks = C.check_softcap_sinks(softcap, sinks, C.probe((bsz, h, lq, dk), query, False))
+    b = C.select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend, cap, sinks)
 
     f = torch.nn.functional.linear
     q = split_heads(f(query, w_q, b_q), h)  # (B, H, Lq, dk)
     k = split_heads(f(key, w_k, b_k), g)  # (B, G, Lk, dk)
     v = split_heads(f(value, w_v, b_v), g)  # (B, G, Lk, dv)
-    call = AttentionCall(kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw)
+    call = AttentionCall(
+        kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
+        softcap=cap, sinks=sinks,
+    )  # fmt: skip
     out, weights = b.run(C.grouped_for(b, call))
     out = f(merge_heads(out), w_o, b_o)
     if weights is not None and avg:

@@ -72,6 +72,53 @@ def gemma2(softcap: float | None = 50.0):
     return tf.Gemma2ForCausalLM(cfg)
 
 
+def gpt_oss(window: int = 4):
+    """gpt-oss: attention sinks (one learned logit per head, drawn large enough to matter),
+    sliding-window layers alternating with full ones, grouped-query heads, a tiny MoE."""
+    cfg = tf.GptOssConfig(
+        **_decoder_common(
+            head_dim=8,
+            sliding_window=window,
+            layer_types=["sliding_attention", "full_attention"],
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        )
+    )
+    m = tf.GptOssForCausalLM(cfg)
+    with torch.no_grad():
+        for layer in m.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    return m
+
+
+def _llama_like(config: str, model: str, **kw):
+    """A builder for a decoder whose config takes the Llama-style arguments."""
+
+    def build():
+        cfg = getattr(tf, config)(**_decoder_common(**kw))
+        return getattr(tf, model)(cfg)
+
+    return build
+
+
+def gpt2():
+    cfg = tf.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        pad_token_id=PAD,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return tf.GPT2LMHeadModel(cfg)
+
+
 def bert():
     cfg = tf.BertConfig(
         vocab_size=VOCAB,
@@ -130,11 +177,21 @@ BUILDERS = {
     "mistral": mistral,
     "qwen2": qwen2,
     "gemma3": gemma3,
+    "gemma2": gemma2,
+    "gpt_oss": gpt_oss,
+    "gemma": _llama_like("GemmaConfig", "GemmaForCausalLM", head_dim=8),
+    "qwen3": _llama_like("Qwen3Config", "Qwen3ForCausalLM", head_dim=8),
+    "phi3": _llama_like("Phi3Config", "Phi3ForCausalLM"),
+    "olmo2": _llama_like("Olmo2Config", "Olmo2ForCausalLM"),
+    "granite": _llama_like("GraniteConfig", "GraniteForCausalLM"),
+    "smollm3": _llama_like("SmolLM3Config", "SmolLM3ForCausalLM"),
+    "starcoder2": _llama_like("Starcoder2Config", "Starcoder2ForCausalLM", sliding_window=4),
+    "gpt2": gpt2,
     "bert": bert,
     "bart": bart,
     "t5": t5,
 }
-DECODERS = ("llama", "mistral", "qwen2", "gemma3")
+DECODERS = ("llama", "mistral", "qwen2", "gemma3", "gemma2", "gpt_oss")
 ENCODER_DECODERS = ("bart", "t5")
 
 

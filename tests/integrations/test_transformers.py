@@ -95,7 +95,11 @@ def test_sliding_window_smaller_than_the_sequence_is_structured(monkeypatch):
     assert kinds == {"SlidingWindow", "KeyPadding"}, seen
 
 
-@pytest.mark.parametrize("name", M.DECODERS)
+PACKING = [n for n in M.DECODERS if n != "gpt_oss"]
+"""Decoders whose transformers mask builder detects packed sequences (gpt-oss's does not)."""
+
+
+@pytest.mark.parametrize("name", PACKING)
 def test_packed_position_ids_equal_eager(name, monkeypatch):
     """Sequences packed in one row (position_ids restart, no attention_mask, no cache: when
     transformers detects packing): documents, recovered as attnkit's Document mask, not a
@@ -213,31 +217,58 @@ def test_cached_chunks_equal_a_full_forward():
     torch.testing.assert_close(torch.cat(parts, 1), full, **TOL)
 
 
-def test_gemma2_softcapping_is_refused_and_gemma2_without_it_matches():
-    torch.manual_seed(0)
-    m = M.gemma2(softcap=50.0)
-    m.set_attn_implementation("attnkit")
-    ids = torch.randint(3, M.VOCAB, (1, 6))
-    with pytest.raises(ak_hf.UnsupportedFeatureError, match=r"gemma2.*softcapping.*softcap=50"):
-        m(ids)
-    eager, ours = M.pair("llama")  # keep the registry warm; gemma2 without softcapping:
-    torch.manual_seed(0)
-    e = M.gemma2(softcap=None).eval()
-    e.set_attn_implementation("eager")
+@pytest.mark.parametrize("softcap", [None, 50.0, 0.5])
+def test_gemma2_softcapping_matches_eager(softcap):
+    """Gemma 2's attn_logit_softcapping (0.5 caps hard: most scores saturate)."""
+    eager, ours = M.pair("gemma2", softcap=softcap)
+    ids, am = M.batch(2, 11, pad="left")
     with torch.no_grad():
-        a = e(ids).logits
-        e.set_attn_implementation("attnkit")
-        b = e(ids).logits
+        a, b = eager(ids, attention_mask=am).logits, ours(ids, attention_mask=am).logits
+    torch.testing.assert_close(b[am.bool()], a[am.bool()], **TOL)
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gpt_oss"])
+def test_softcap_and_sinks_training_gradients_equal_eager(name):
+    """Gradients of every parameter, gpt-oss's sinks included. gpt-oss with left padding: its
+    fully masked rows give 0 in eager as well (all their weight is on the sink), so even the
+    last padding position, whose output predicts the first real token, agrees; Gemma 2 with
+    right padding (eager averages the values in fully masked rows, attnkit gives 0)."""
+    eager, ours = M.pair(name)
+    ids, am = M.batch(3, 13, pad="left" if name == "gpt_oss" else "right")
+    labels = ids.masked_fill(am == 0, -100)
+    for m in (eager, ours):
+        m.train()
+        m(input_ids=ids, attention_mask=am, labels=labels).loss.backward()
+    ga = dict(eager.named_parameters())
+    sinks = 0
+    for k, p in ours.named_parameters():
+        if ga[k].grad is None:
+            assert p.grad is None, k
+            continue
+        torch.testing.assert_close(p.grad, ga[k].grad, **TOL, msg=lambda s, k=k: f"{k}: {s}")
+        sinks += k.endswith("sinks")
+    assert sinks == (2 if name == "gpt_oss" else 0)
+
+
+def test_gpt_oss_long_window_layers_reach_blocksparse(monkeypatch):
+    """L = 300 > window 4: the sliding layers go to blocksparse (sinks from each tile's
+    log-sum-exp); the full layers too (dense serves no sinks); logits equal eager."""
+    from attnkit.kernels import blocksparse as bs
+
+    seen = []
+    orig = bs.attend
+    monkeypatch.setattr(bs, "attend", lambda call, *a: seen.append(call) or orig(call, *a))
+    eager, ours = M.pair("gpt_oss")
+    ids = torch.randint(3, M.VOCAB, (1, 300), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        a, b = eager(ids).logits, ours(ids).logits
     torch.testing.assert_close(b, a, **TOL)
+    assert len(seen) == 2 and all(c.sinks is not None for c in seen)
 
 
 def test_unsupported_features_are_refused_by_name():
     q = torch.randn(1, 2, 3, 4)
-    for kw, what in (
-        (dict(s_aux=torch.zeros(2)), "attention sinks"),
-        (dict(softcap=30.0), "softcapping"),
-        (dict(head_mask=torch.ones(2)), "head mask"),
-    ):
+    for kw, what in ((dict(head_mask=torch.ones(2)), "head mask"),):
         with pytest.raises(ak_hf.UnsupportedFeatureError, match=what):
             ak_hf.attention_forward(_Attn(), q, q, q, None, **kw)
 

@@ -31,9 +31,6 @@ class UnsupportedFeatureError(ValueError):
 
 
 REFUSED = {
-    "softcap": "attention logit softcapping",
-    "s_aux": "attention sinks (s_aux)",
-    "sinks": "attention sinks",
     "head_mask": "a head mask",
     "layer_head_mask": "a head mask",
 }
@@ -157,7 +154,9 @@ def attention_forward(
         dropout: dropout probability on the weights (the model passes 0 in eval mode).
         scaling: score scale; default 1/sqrt(d).
         kwargs: transformers' extras: ``position_bias`` (1 or B, H, Lq, Lk) is added to the
-            scores (T5); features attnkit cannot serve (softcapping, sinks, head masks) raise
+            scores (T5); ``softcap`` caps the scaled scores (Gemma 2's
+            ``attn_logit_softcapping``); ``s_aux`` (or ``sinks``) (H,) are attention sinks
+            (gpt-oss); features attnkit cannot serve (head masks) raise
             :class:`UnsupportedFeatureError`; ``output_attentions`` asks for the weights.
 
     Returns:
@@ -183,13 +182,22 @@ def make_attention_forward(backend: str = "auto") -> Callable:
     return attention_forward_forced
 
 
+def _sinks(kwargs: dict) -> Tensor | None:
+    """The attention sinks a model passes (gpt-oss: ``s_aux``; ``sinks`` accepted too)."""
+    s = kwargs.get("s_aux")
+    return kwargs.get("sinks") if s is None else s
+
+
 def _attend(module, query, key, value, attention_mask, dropout, scaling, backend, kwargs):
     _refuse(module, kwargs)
     b, h, lq, _ = query.shape
     g, lk = key.shape[-3], key.shape[-2]
     mask = _with_bias(_mask_for(module, attention_mask, kwargs, b, lq, lk), kwargs)
     rw = wants_weights(kwargs)
-    if lq == 1 and g != h and h % g == 0 and _query_free(mask):
+    softcap, sinks = kwargs.get("softcap"), _sinks(kwargs)
+    if sinks is not None and isinstance(sinks, Tensor) and sinks.dtype != query.dtype:
+        sinks = sinks.to(query.dtype)  # a float32 parameter in a bf16 model, as eager casts
+    if lq == 1 and g != h and h % g == 0 and _query_free(mask) and sinks is None:
         # one new query (decoding): its H heads become H/G queries of each key/value head,
         # so k and v are read as they are, never repeated (the mask does not depend on the
         # query, so every pseudo-query gets the same row)
@@ -202,6 +210,7 @@ def _attend(module, query, key, value, attention_mask, dropout, scaling, backend
             dropout_p=float(dropout or 0.0),
             return_weights=rw,
             backend=backend,
+            softcap=softcap,
         )
         out, weights = res if rw else (res, None)
         out = out.reshape(b, h, 1, out.shape[-1])
@@ -216,6 +225,8 @@ def _attend(module, query, key, value, attention_mask, dropout, scaling, backend
         dropout_p=float(dropout or 0.0),
         return_weights=rw,
         backend=backend,
+        softcap=softcap,
+        sinks=sinks,
     )
     out, weights = res if rw else (res, None)
     return out.transpose(1, 2).contiguous(), weights

@@ -15,9 +15,10 @@ Usage::
   the KV cache (keys cached before the new queries: bottom-right causal alignment), T5's
   relative position bias (a float mask whose gradient reaches the bias embedding), and the
   attention weights when the caller asks for ``output_attentions`` (the same weights as
-  ``"eager"``, before dropout, subject to attnkit's weights limit). Features attnkit cannot
-  serve (attention-logit softcapping as in Gemma 2, attention sinks, head masks) raise
-  :class:`UnsupportedFeatureError` naming the model and the feature: never a silent fallback.
+  ``"eager"``, before dropout, subject to attnkit's weights limit), Gemma 2's attention-logit
+  softcapping (``softcap``) and gpt-oss's attention sinks (``s_aux``). Features attnkit cannot
+  serve (head masks) raise :class:`UnsupportedFeatureError` naming the model and the feature:
+  never a silent fallback.
 - a mask function (``transformers.masking_utils.AttentionMaskInterface``) that returns attnkit
   mask objects instead of dense (B, 1, Lq, Lk) tensors: causal, sliding windows, padding,
   packed sequences (``position_ids`` restarts), bidirectional encoders and their combinations

@@ -32,6 +32,12 @@ class AttentionCall:
     For ``kind="additive"``: ``w_q`` (h, dk_q), ``w_k`` (h, dk), ``w_v`` (h,) and ``scale`` 1.
     ``mask`` is a mask object whose batch_shape lines up with the leading dims of ``q`` (see
     :mod:`attnkit.masks`) or None.
+
+    ``softcap`` c > 0 (or None): the scaled scores become c * tanh(s / c) before the mask and
+    bias are applied (Gemma 2). ``sinks`` (H,) (or None, dot calls with q (..., H, Lq, dk)):
+    one logit per query head that joins every row's softmax denominator and is then dropped
+    (gpt-oss): w_ij = exp(s_ij) / (exp(sink_h) + sum_l exp(s_il)); a row with no allowed key
+    gives 0.
     """
 
     kind: ScoreKind
@@ -45,6 +51,8 @@ class AttentionCall:
     w_q: Tensor | None = None
     w_k: Tensor | None = None
     w_v: Tensor | None = None
+    softcap: float | None = None
+    sinks: Tensor | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -57,6 +65,8 @@ class AttentionCall:
         scale: float,
         dropout_p: float,
         return_weights: bool,
+        softcap: float | None = None,
+        sinks: Tensor | None = None,
     ) -> AttentionCall:
         """``AttentionCall("dot", q, k, v, mask, scale, dropout_p, return_weights)`` for
         arguments already checked, built without the frozen dataclass's per-field
@@ -64,7 +74,8 @@ class AttentionCall:
         self = object.__new__(cls)
         self.__dict__.update(
             kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
-            return_weights=return_weights, w_q=None, w_k=None, w_v=None, _cache={},
+            return_weights=return_weights, w_q=None, w_k=None, w_v=None, softcap=softcap,
+            sinks=sinks, _cache={},
         )  # fmt: skip
         return self
 
@@ -92,7 +103,7 @@ class AttentionCall:
     @property
     def needs_grad(self) -> bool:
         """True when autograd will need a backward: an input or a mask tensor requires grad."""
-        ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v)
+        ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v, self.sinks)
         return torch.is_grad_enabled() and (
             any(t is not None and t.requires_grad for t in ts) or self.bias_needs_grad
         )
@@ -182,6 +193,10 @@ class Backend:
     supports_bias: ClassVar[bool] = True
     supports_gqa: ClassVar[bool] = False
     """Takes grouped calls (k, v with G < H heads, see :class:`AttentionCall`) without copies."""
+    supports_softcap: ClassVar[bool] = False
+    """Applies ``softcap`` (c * tanh(s / c) on the scaled scores, before mask and bias)."""
+    supports_sinks: ClassVar[bool] = False
+    """Applies ``sinks`` (one logit per query head in every row's softmax denominator)."""
 
     def available(self) -> str | None:
         """None when usable in this installation, else the reason it is not."""
@@ -209,6 +224,10 @@ class Backend:
             r.append("no additive score bias")
         if call.grouped and not self.supports_gqa:
             r.append("no grouped k/v heads (supports_gqa)")
+        if call.softcap is not None and not self.supports_softcap:
+            r.append(f"no attention-logit softcapping (softcap={call.softcap:g})")
+        if call.sinks is not None and not self.supports_sinks:
+            r.append("no attention sinks (sinks)")
         r.extend(self.extra_reasons(call))
         return r
 

@@ -9,6 +9,9 @@ P5 when ``max|q| * max|k| * d * scale + max|bias| >= finfo(compute).max / 16`` t
    computed in float64 and rounded, and so is a call that needs gradients when that bound times
    finfo(compute).eps reaches 2**-10; a bias cast to the compute dtype saturates at
    +-finfo.max (never -inf, which would mean "not allowed": ``Mask.bias_tile(..., dtype)``).
+   With ``softcap`` c, q.k is still computed before the cap (the overflow bound on it stays),
+   but the softmax sees c * tanh(s / c) + bias, within c + max|bias|: the softmax's overflow
+   and the fused backward's "scores too large" checks use that bound (:func:`softmax_bound`).
 P6 NaN or +-inf in q, k or v at a position a row attends to makes that whole output row NaN;
    a float mask (bias) holding NaN or +inf is refused with a ValueError naming ``mask`` (the
    input scan sees it at no extra cost; -inf is "not allowed", P2). The kernels never see
@@ -144,11 +147,18 @@ def _limits(dtype: torch.dtype) -> tuple[float, float]:
     return fi.max / OVERFLOW_MARGIN, GRAD_SCORE_ERROR / fi.eps
 
 
-def _needs_float64(call: AttentionCall, bound: float, dtype: torch.dtype) -> bool:
-    """P5: scores bounded by ``bound`` could overflow ``dtype``, or are too large for an exact
-    fused backward."""
+def softmax_bound(call: AttentionCall, qk: float, bias: float) -> float:
+    """A bound of the scores the softmax sees, from a bound ``qk`` of |q.k| * scale and one of
+    |bias|: qk + bias, or at most softcap + bias when the call caps its scores."""
+    cap = getattr(call, "softcap", None)
+    return (qk if cap is None else min(qk, cap)) + bias
+
+
+def _needs_float64(call: AttentionCall, bound: float, dtype: torch.dtype, qk: float = 0) -> bool:
+    """P5: scores bounded by ``bound`` (q.k by ``qk``) could overflow ``dtype``, or are too
+    large for an exact fused backward."""
     fi = torch.finfo(dtype)
-    if not bound < fi.max / OVERFLOW_MARGIN:
+    if not max(bound, qk) < fi.max / OVERFLOW_MARGIN:
         return True
     return not bound * fi.eps < GRAD_SCORE_ERROR and call.needs_grad
 
@@ -193,19 +203,22 @@ def decide(
         if bad_bias:
             raise refuse_nonfinite_bias()
     dtype = compute_dtype(call.dtype)
-    bound, tight = qm * km * call.q.shape[-1] * abs(call.scale) + bm, False
+    qk, tight = qm * km * call.q.shape[-1] * abs(call.scale), False
+    bound = softmax_bound(call, qk, bm)
     overflow, grad_limit = _limits(dtype)
-    if bound < overflow and bound < grad_limit:  # the common case: nothing more to check
+    if max(bound, qk) < overflow and bound < grad_limit:  # the common case: nothing more to do
         return dtype, finite, True
-    if dtype != torch.float64 and _needs_float64(call, bound, dtype):
-        bound, tight = _row_norm_bound(call) + bm, True  # Cauchy-Schwarz: check again
-        if _needs_float64(call, bound, dtype):
-            call._cache["float64-reason"] = dot_reason(qm, km, bm, bound, dtype, overflow)
+    if dtype != torch.float64 and _needs_float64(call, bound, dtype, qk):
+        qk, tight = _row_norm_bound(call), True  # Cauchy-Schwarz: check again
+        bound = softmax_bound(call, qk, bm)
+        if _needs_float64(call, bound, dtype, qk):
+            decided = bound if qk < overflow else qk  # q.k itself overflows (before a cap)
+            call._cache["float64-reason"] = dot_reason(qm, km, bm, decided, dtype, overflow)
             dtype = torch.float64
     ok = True
     if not bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR and call.needs_grad:
         if not tight:
-            bound = _row_norm_bound(call) + bm
+            bound = softmax_bound(call, _row_norm_bound(call), bm)
         ok = bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR
     return dtype, finite, ok
 

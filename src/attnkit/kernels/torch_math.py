@@ -1,6 +1,7 @@
 """``math``: the plain PyTorch implementation, always available.
 
-Every score kind, every mask, weights, dropout, autograd. It builds the full (..., Lq, Lk) score
+Every score kind, every mask, weights, dropout, autograd, logit softcapping and attention
+sinks. It builds the full (..., Lq, Lk) score
 matrix (and, for additive attention, (chunk, Lk, h) tanh tiles), so it is the path for small
 inputs, for ``return_weights=True`` and the tests' second opinion, not for long sequences.
 """
@@ -37,18 +38,32 @@ def additive_scores(q: Tensor, k: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor)
     return torch.cat(parts, dim=-2)
 
 
-def masked_softmax(scores: Tensor, allowed: Tensor | None, bias: Tensor | None) -> Tensor:
+def masked_softmax(
+    scores: Tensor, allowed: Tensor | None, bias: Tensor | None, sinks: Tensor | None = None
+) -> Tensor:
     """Softmax over the last dim with an optional bool mask (True = may attend) and additive
-    bias. A row with no allowed key gets all-zero weights (not NaN)."""
+    bias. A row with no allowed key gets all-zero weights (not NaN). ``sinks`` (H,) against
+    scores (..., H, Lq, Lk): one more logit per row in the denominator (the weights then sum
+    to less than 1; a row with no allowed key still gets 0)."""
     if bias is not None:
         scores = scores + bias
     if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
     m = scores.detach().amax(dim=-1, keepdim=True)
+    sink = None if sinks is None else sinks.to(scores.dtype)[:, None, None]  # (H, 1, 1)
+    if sink is not None:
+        m = torch.maximum(m, sink.detach())
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(scores - m)
     s = e.sum(dim=-1, keepdim=True)
+    if sink is not None:
+        s = s + torch.exp(sink - m)
     return e / torch.where(s == 0, torch.ones_like(s), s)
+
+
+def softcapped(scores: Tensor, softcap: float | None) -> Tensor:
+    """c * tanh(scores / c) for ``softcap`` c (``scores`` itself for None)."""
+    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
 
 
 class MathBackend(Backend):
@@ -58,6 +73,8 @@ class MathBackend(Backend):
     devices = ("cpu", "cuda", "mps")
     supports_weights = True
     supports_dropout = True
+    supports_softcap = True
+    supports_sinks = True
 
     def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
         if call.kind == "dot":
@@ -74,8 +91,9 @@ def plain_attention(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, 
     else:
         w_q, w_k, w_v = (t.to(compute) for t in (call.w_q, call.w_k, call.w_v))
         scores = additive_scores(q, k, w_q, w_k, w_v)
+    scores = softcapped(scores, call.softcap)
     allowed, bias = call.dense_mask(compute)
-    w = masked_softmax(scores, allowed, bias)
+    w = masked_softmax(scores, allowed, bias, call.sinks)
     wd = torch.nn.functional.dropout(w, call.dropout_p) if call.dropout_p > 0 else w
     out = (wd @ v).to(call.dtype)
     return out, (w.to(call.dtype) if call.return_weights else None)

@@ -41,6 +41,7 @@ Files
 ``additive_general``       additive (Bahdanau), general (Luong)
 ``projected_attention``    self_attention, multi_head
 ``positions``              sinusoidal_positions
+``sinks_softcap``          scaled_dot_product_sinks (logit softcapping, attention sinks)
 ``dropout``                keep_mask, dropout_output (blocksparse's counter-based keep mask)
 """
 
@@ -50,6 +51,7 @@ from attnkit.reference.additive_general import additive, general
 from attnkit.reference.dot_product_attention import dot_product, scaled_dot_product
 from attnkit.reference.positions import sinusoidal_positions
 from attnkit.reference.projected_attention import multi_head, self_attention
+from attnkit.reference.sinks_softcap import scaled_dot_product_sinks
 from attnkit.reference.steps import softmax_rows
 from attnkit.reference.traces import (
     AdditiveTrace,
@@ -57,6 +59,7 @@ from attnkit.reference.traces import (
     MultiHeadTrace,
     PositionsTrace,
     SelfAttentionTrace,
+    SinkTrace,
     Trace,
 )
 
@@ -66,12 +69,14 @@ __all__ = [
     "MultiHeadTrace",
     "PositionsTrace",
     "SelfAttentionTrace",
+    "SinkTrace",
     "Trace",
     "additive",
     "dot_product",
     "general",
     "multi_head",
     "scaled_dot_product",
+    "scaled_dot_product_sinks",
     "self_attention",
     "sinusoidal_positions",
     "softmax_rows",

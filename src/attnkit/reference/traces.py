@@ -14,6 +14,7 @@ __all__ = [
     "MultiHeadTrace",
     "PositionsTrace",
     "SelfAttentionTrace",
+    "SinkTrace",
     "Trace",
 ]
 
@@ -102,6 +103,28 @@ class MultiHeadTrace(Trace):
 
     heads: tuple[Trace, ...]
     concat: np.ndarray
+
+
+@dataclass(frozen=True)
+class SinkTrace(Trace):
+    """:class:`Trace` of scaled dot-product attention with logit softcapping and attention
+    sinks (Gemma 2, gpt-oss). ``masked`` is ``capped`` + bias, -inf where not allowed;
+    ``weights`` leave the sink out (a row sums to 1 - ``sink_weights``).
+
+    Attributes:
+        softcap: the cap c, or None (then ``capped`` equals ``scaled``).
+        capped: (..., H, Lq, Lk) c * tanh(scaled / c).
+        sinks: (H,) one logit per query head, or None (then ``sink_weights`` are 0).
+        combined: (..., H, Lq, Lk + 1) ``masked`` with the head's sink logit appended to
+            every row.
+        sink_weights: (..., H, Lq, 1) the softmax weight of the sink column, dropped.
+    """
+
+    softcap: float | None
+    capped: np.ndarray
+    sinks: np.ndarray | None
+    combined: np.ndarray
+    sink_weights: np.ndarray
 
 
 @dataclass(frozen=True)

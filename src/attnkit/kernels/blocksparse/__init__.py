@@ -21,6 +21,10 @@ With ``dropout_p`` > 0 the same plan runs as explicit tiles with dropout on the 
 p = 0 is the fused path, untouched. (A call whose scores are too large for any recomputing
 backward, below, takes the ``math`` implementation and torch's own dropout.)
 
+Attention sinks run on the fused path, applied exactly from each tile's log-sum-exp; logit
+softcapping runs as explicit tiles (the fused kernel has no hook between q kᵀ and the softmax),
+with the same plan and its skipped blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
+
 Rows with no allowed key give output 0 (and gradient 0), never NaN; every input layout is read
 correctly (the fused ops get unit-stride rows); a float mask that requires grad (a learned
 bias) gets its gradient; the NaN/inf/overflow policy is :mod:`attnkit.kernels.numerics`. A call
@@ -43,7 +47,7 @@ from attnkit.kernels.base import AttentionCall, Backend, ungrouped
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.fold import fold_q, group_size, unfold_out
 from attnkit.kernels.blocksparse.keep import draw_seed
-from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan
+from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_tile
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
 from attnkit.kernels.numerics import fused_backward_ok, mask_tensors, numerics, run_dot
@@ -86,6 +90,12 @@ B=1, H=8, d=64, L=2048, p=0.1, 2 threads on a shared 2-core machine, one run): 8
 (window 128 & causal) 3.6x faster, 73% 1.04x, 58% 1.1x, 51% (causal & key padding, rows plan)
 0.65x."""
 
+SOFTCAP_BLOCK_Q = 512
+"""Query block of the plan of a softcap call without dropout (explicit tiles) when the backend
+has the default BLOCK_Q: a tile is a query block against its key range, and each tile's
+tensor operations cost about the same fixed time on a loaded machine, so fewer, larger tiles
+are faster (a window of 4,096 keys computes 512 / 4,096 more entries than with 128)."""
+
 ELEMENT_CALL_ENTRIES = DEFAULT.blocksparse_element_call_entries
 """Built-in default (in use: ``tuning.current().blocksparse_element_call_entries``). Blocks
 empty in only some elements of the mask's batch (key padding whose length varies per element)
@@ -109,6 +119,8 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     (which reaches here only when :func:`group_size` is G >= 2) runs with its G query heads per
     key/value head folded into the rows (:mod:`~attnkit.kernels.blocksparse.fold`)."""
     g = group_size(call)
+    if call.softcap is not None and call.dropout_p == 0 and block_q == BLOCK_Q:
+        block_q = SOFTCAP_BLOCK_Q  # explicit tiles: fewer, larger tensor operations
     plan = make_plan(call, block_q, block_kv, compute, fold=g)
     q, k, v = call.q, call.k, call.v
     if q.dtype != compute:
@@ -128,10 +140,11 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
         else:
             shape = tuple((lead, -1) + t.shape[-2:] for t in (q, k, v))
     q, k, v = (unit_rows(t.reshape(s)) for t, s in zip((q, k, v), shape, strict=True))
-    if call.dropout_p > 0:
-        out = _dropout(call, plan, q, k, v, g)
+    sinks = _sink_rows(call, compute, g, q.shape)
+    if call.dropout_p > 0 or call.softcap is not None:  # explicit tiles
+        out = _dropout(call, plan, q, k, v, g, sinks)
     else:
-        out = BlocksparseFn.apply(q, k, v, plan, call.scale, *plan.grad_masks())
+        out = BlocksparseFn.apply(q, k, v, plan, call.scale, sinks, *plan.grad_masks())
     if not plan.grad_masks() and call.needs_grad:  # every biased entry masked or skipped:
         learned = [t for t in mask_tensors(call.mask) if t.requires_grad]
         if learned:  # the bias's gradient is exactly 0, and autograd must still reach it
@@ -140,14 +153,29 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     return unfold_out(out, g)[..., :dv]
 
 
-def _dropout(call: AttentionCall, plan: Plan, q: Tensor, k: Tensor, v: Tensor, g: int) -> Tensor:
-    """The plan with dropout on the weights (:mod:`~attnkit.kernels.blocksparse.dropout`), the
-    seed drawn from torch's default generator; q, k, v and the output in the plan's shape."""
+def _sink_rows(call: AttentionCall, dtype: torch.dtype, g: int, q_shape: tuple) -> Tensor | None:
+    """The sink logit of every query row in the plan's layout (q_shape[:-1], 1), rows folded by
+    G like q (:func:`fold_q`); differentiable back to ``call.sinks`` (H,); None without sinks."""
+    if call.sinks is None:
+        return None
+    s = call.sinks.to(dtype)[:, None, None].expand(call.q.shape[:-1] + (1,))  # (..., H, Lq, 1)
+    return fold_q(s, g).reshape(tuple(q_shape[:-1]) + (1,)).contiguous()
+
+
+def _dropout(call: AttentionCall, plan: Plan, q, k, v, g: int, sinks: Tensor | None) -> Tensor:
+    """The plan as explicit tiles (:mod:`~attnkit.kernels.blocksparse.dropout`): dropout on the
+    weights (the seed drawn from torch's default generator, only when p > 0) and the softcap;
+    q, k, v, the sink rows and the output in the plan's shape."""
     band = plan.kind == "band"
     if band:  # (N, L, d) as one element of N rows
         q, k, v = q[None], k[None], v[None]
-    setup = Setup(call.scale, call.dropout_p, draw_seed(), g, q.shape[0], q.shape[1])
-    out = DropoutFn.apply(q, k, v, plan, setup, *plan.grad_masks())
+        sinks = None if sinks is None else sinks[None]
+    seed = draw_seed() if call.dropout_p > 0 else 0
+    keep_lse = call.needs_grad or sinks is not None
+    setup = Setup(
+        call.scale, call.dropout_p, seed, g, q.shape[0], q.shape[1], call.softcap, keep_lse
+    )
+    out = DropoutFn.apply(q, k, v, plan, setup, sinks, *plan.grad_masks())
     return out[0] if band else out
 
 
@@ -199,6 +227,8 @@ class BlocksparseBackend(Backend):
     supports_dropout = True
     supports_bias = True
     supports_gqa = True
+    supports_softcap = True
+    supports_sinks = True
 
     def __init__(
         self,
@@ -235,7 +265,8 @@ class BlocksparseBackend(Backend):
         use that decided (:mod:`attnkit.kernels.tuning`): a plain causal mask; fewer than
         ``blocksparse_min_empty`` (``blocksparse_dropout_min_empty`` with dropout) of the
         blocks empty in every element of the mask's batch, unless per-element calls skip at
-        least ``blocksparse_element_call_entries`` each."""
+        least ``blocksparse_element_call_entries`` each. None with softcap or sinks: the dense
+        backend cannot serve them, and ``math`` builds the whole score matrix."""
         return self._judge(call)[0]
 
     def choice_notes(self, call: AttentionCall) -> list[str]:
@@ -244,8 +275,8 @@ class BlocksparseBackend(Backend):
 
     def _judge(self, call: AttentionCall) -> tuple[list[str], list[str]]:
         """(speed reasons, notes when there are none): see :meth:`speed_reasons`."""
-        if call.mask is None:
-            return [], []
+        if call.mask is None or call.softcap is not None or call.sinks is not None:
+            return [], []  # the dense backend serves neither softcap nor sinks
         if call.mask.is_plain_causal:
             return [
                 "plain top-left causal: the dense backend's SDPA is_causal skips the blocks itself"
@@ -286,7 +317,10 @@ class BlocksparseBackend(Backend):
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
         if call.grouped and not (
-            group_size(call) and numerics(call)[1] and fused_backward_ok(call)
+            group_size(call)
+            and numerics(call)[1]
+            and fused_backward_ok(call)
+            and not single_tile(call)
         ):
             call = ungrouped(call)  # per-head masks, and the policy's paths, need H heads
         return attend(call, self.block_q, self.block_kv), None

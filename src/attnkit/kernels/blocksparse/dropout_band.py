@@ -26,6 +26,7 @@ from torch import Tensor
 from attnkit.kernels.blocksparse import keep
 from attnkit.kernels.blocksparse.dropout_math import tile_backward, tile_forward
 from attnkit.kernels.blocksparse.plans import BandPlan, Plan
+from attnkit.kernels.blocksparse.sinks import cap_scores, sink_forward, sink_grad
 
 BAND_CHUNK = 2**22
 """Most score entries (over the batch-heads) of one batched tile of band blocks."""
@@ -33,7 +34,8 @@ BAND_CHUNK = 2**22
 
 @dataclass(frozen=True)
 class Setup:
-    """What every tile needs: scale, p, seed, the fold G and the key-row layout (P, R)."""
+    """What every tile needs: scale, p (0: no dropout, no keep mask), seed, the fold G, the
+    key-row layout (P, R) and the softcap (None: none)."""
 
     scale: float
     p: float
@@ -41,6 +43,9 @@ class Setup:
     fold: int
     elements: int
     heads: int
+    softcap: float | None = None
+    lse: bool = True
+    """Keep each row's logsumexp (False: inference without sinks, where nothing reads it)."""
 
 
 def applies(plan: Plan) -> bool:
@@ -77,15 +82,22 @@ def _fold_into(plan: BandPlan, g: Tensor, gw: Tensor, lo0: int, n: int) -> None:
         dst += gw[:, :, c * bq : c * bq + t]
 
 
-def _scores(s: Setup, plan: BandPlan, qf: Tensor, kf: Tensor) -> Tensor:
-    """q kᵀ · scale + the band mask: (N * n, rows, w)."""
+def _scores(s: Setup, plan: BandPlan, qf: Tensor, kf: Tensor, grad: bool = False):
+    """(softcap(q kᵀ · scale) + the band mask: (N * n, rows, w); the softcap's derivative when
+    ``grad``, else None)."""
+    if s.softcap is not None:
+        sc = torch.bmm(qf * (s.scale / s.softcap), kf.transpose(-2, -1))
+        dcap = cap_scores(sc, s.softcap, grad)
+        return sc.add_(plan.mask[0]), dcap
     sc = torch.empty(qf.shape[0], qf.shape[1], kf.shape[1], dtype=qf.dtype)
     sc.copy_(plan.mask[0])  # (1, rows, w) broadcast
-    return sc.baddbmm_(qf, kf.transpose(-2, -1), alpha=s.scale)
+    return sc.baddbmm_(qf, kf.transpose(-2, -1), alpha=s.scale), None
 
 
-def _drop(s: Setup, plan: BandPlan, b0: int, b1: int, lo0: int, heads: int) -> Tensor:
-    """Drop mask of blocks b0:b1: (N * n, rows, w) bool."""
+def _drop(s: Setup, plan: BandPlan, b0: int, b1: int, lo0: int, heads: int) -> Tensor | None:
+    """Drop mask of blocks b0:b1: (N * n, rows, w) bool; None for p = 0."""
+    if s.p == 0:
+        return None
     rows, n = plan.block * plan.fold, b1 - b0
     r = torch.arange(b0 * rows, b1 * rows)
     bh = torch.arange(heads)[:, None] * s.fold + r % s.fold  # (N, n * rows)
@@ -95,22 +107,30 @@ def _drop(s: Setup, plan: BandPlan, b0: int, b1: int, lo0: int, heads: int) -> T
     return drop.view(-1, rows, plan.window)
 
 
-def forward(s: Setup, plan: BandPlan, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor):
+def forward(s: Setup, plan: BandPlan, q, k, v, out: Tensor, lse: Tensor, sinks=None):
     """Write the interior blocks' output and logsumexp into ``out`` (1, N, L, d) and ``lse``
-    (1, N, L, 1); q (1, N, L, d), k, v (1, N, Lk, d)."""
+    (1, N, L, 1); q (1, N, L, d), k, v (1, N, Lk, d), sinks (1, N, L, 1) or None."""
     heads, rows, c = q.shape[1], plan.block * plan.fold, 1.0 / (1.0 - s.p)
     for b0, b1 in _ranges(plan, heads):
         n, lo0 = b1 - b0, plan.start + (b0 - plan.interior[0]) * plan.block
         qf = q[0, :, b0 * rows : b1 * rows].reshape(-1, rows, q.shape[-1])
         kf, vf = _windows(plan, k[0], lo0, n), _windows(plan, v[0], lo0, n)
         drop = _drop(s, plan, b0, b1, lo0, heads)
-        o, m = tile_forward(_scores(s, plan, qf, kf), drop, vf, c)
+        o, m = tile_forward(_scores(s, plan, qf, kf)[0], drop, vf, c, s.lse)
+        if m is not None and sinks is not None:
+            sk = sinks[0, :, b0 * rows : b1 * rows].reshape(-1, rows)
+            o, m = sink_forward(o, m[..., 0], sk)
+            m = m[..., None]
         out[0, :, b0 * rows : b1 * rows] = o.view(heads, n * rows, -1)
-        lse[0, :, b0 * rows : b1 * rows] = m.view(heads, n * rows, 1)
+        if m is not None:
+            lse[0, :, b0 * rows : b1 * rows] = m.view(heads, n * rows, 1)
 
 
-def backward(s: Setup, plan: BandPlan, go: Tensor, q, k, v, out, lse, gq, gk, gv) -> None:
-    """Accumulate the interior blocks' gradients into gq, gk, gv (shaped like q, k, v)."""
+def backward(
+    s: Setup, plan: BandPlan, go: Tensor, q, k, v, out, lse, gq, gk, gv, sinks=None, gs=None
+) -> None:
+    """Accumulate the interior blocks' gradients into gq, gk, gv (shaped like q, k, v) and the
+    sinks' into ``gs`` (shaped like ``sinks``)."""
     heads, rows, c = q.shape[1], plan.block * plan.fold, 1.0 / (1.0 - s.p)
     for b0, b1 in _ranges(plan, heads):
         n, lo0 = b1 - b0, plan.start + (b0 - plan.interior[0]) * plan.block
@@ -119,10 +139,13 @@ def backward(s: Setup, plan: BandPlan, go: Tensor, q, k, v, out, lse, gq, gk, gv
         kf, vf = _windows(plan, k[0], lo0, n), _windows(plan, v[0], lo0, n)
         g = go[0, :, sl].reshape(-1, rows, go.shape[-1])
         d = (g * out[0, :, sl].reshape(g.shape)).sum(-1, keepdim=True)
-        sc, lse_t = _scores(s, plan, qf, kf), lse[0, :, sl].reshape(-1, rows, 1)
+        (sc, dcap), lse_t = _scores(s, plan, qf, kf, True), lse[0, :, sl].reshape(-1, rows, 1)
         _, dq, dk, dv = tile_backward(
-            sc, lse_t, _drop(s, plan, b0, b1, lo0, heads), g * c, d, qf, kf, vf
+            sc, lse_t, _drop(s, plan, b0, b1, lo0, heads), g * c, d, qf, kf, vf, dcap
         )
+        if gs is not None:
+            sk = sinks[0, :, sl].reshape(-1, rows, 1)
+            gs[0, :, sl] += sink_grad(sk, lse_t, d).view(heads, n * rows, 1)
         gq[0, :, sl] += dq.view(heads, n * rows, -1).mul_(s.scale)
         _fold_into(plan, gk[0], dk.mul_(s.scale), lo0, n)
         _fold_into(plan, gv[0], dv, lo0, n)

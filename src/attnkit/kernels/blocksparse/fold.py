@@ -70,7 +70,7 @@ def _rep(t: Tensor | None, g: int) -> Tensor | None:
 
 
 def _fold_call(c: Call, g: int) -> Call | None:
-    if c.is_causal:
+    if c.is_causal or c.band is not None:
         return None  # SDPA's is_causal would compare folded row numbers with key positions
     return replace(c, q0=c.q0 * g, q1=c.q1 * g, mask=_rep(c.mask, g), row_ok=_rep(c.row_ok, g))
 

@@ -134,6 +134,36 @@ def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | 
     )
 
 
+def single_tile(call: AttentionCall) -> bool:
+    """True when the plan is one call with one tile and no tile mask: a plain top-left causal
+    mask for a call with sinks or a softcap (the only reasons ``auto`` sends a plain causal
+    mask here: the dense backend has neither; on the fused path SDPA's ``is_causal`` skips the
+    blocks above the diagonal and its log-sum-exp gives the sinks), or any band in which every
+    query has a key for a softcap call without dropout (explicit tiles: row chunks whose key
+    ranges follow the band, its edges masked by index, :mod:`.dropout`). No bias, a mask shared
+    by the batch. Grouped calls take it with k and v repeated (tiles of positions, not folded
+    rows)."""
+    m = call.mask
+    if m is None or m.has_bias or _lead_dims(m):
+        return False
+    if m.is_plain_causal:
+        return call.sinks is not None or call.softcap is not None
+    return call.softcap is not None and call.dropout_p == 0 and _band_keys(call) is not None
+
+
+def _band_keys(call: AttentionCall) -> tuple[float, float] | None:
+    """(lo, hi) with query i attending to keys i + lo <= j <= i + hi of a band mask in which
+    every query has a key, else None."""
+    band = call.mask.as_band()
+    if band is None:
+        return None
+    off = band.offset(call.q_len, call.kv_len)
+    lo, hi = band.lo + off, band.hi + off
+    if not (lo <= hi and hi >= 0 and call.q_len - 1 + lo <= call.kv_len - 1):
+        return None
+    return lo, hi
+
+
 def _docs_mask(mask: Mask, call: AttentionCall) -> tuple[document, bool] | None:
     """(document mask, causal inside documents) when the docs plan applies, else None."""
     if isinstance(mask, document):
@@ -299,6 +329,11 @@ def make_plan(
     mkey += (fold,)
     mcache = None if call.bias_needs_grad else call.mask.plan_cache
     plan = None if mcache is None else mcache.get(mkey)
+    if plan is None and single_tile(call) and fold == 1:
+        causal = call.mask.is_plain_causal
+        band = None if causal else _band_keys(call)
+        c = Call(0, call.q_len, 0, call.kv_len, is_causal=causal, band=band)
+        plan = CallsPlan("docs", call.q_len, call.kv_len, calls=(c,))
     if plan is None:
         plan = _band_plan(call, block_q, dtype) or _docs_plan(call, block_q)
         plan = plan and fold_plan(plan, fold)

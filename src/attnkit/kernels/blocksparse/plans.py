@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels.blocksparse import tiles
+from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
 from attnkit.kernels.blocksparse.tiles import Call, calls_backward, calls_forward
 
 
@@ -58,16 +59,19 @@ class CallsPlan:
         """The tile masks that require grad, in call order."""
         return [c.mask for c in self.calls if c.learns_mask]
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float):
-        """q (P, R, Lq, d), k, v (P, R, Lk, d) -> (output (P, R, Lq, d), saved tensors)."""
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float, sinks=None):
+        """q (P, R, Lq, d), k, v (P, R, Lk, d), sinks (P, R, Lq, 1) or None -> (output
+        (P, R, Lq, d), saved tensors)."""
         out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-        saved = calls_forward(self.calls, q, k, v, scale, out)
+        saved = calls_forward(self.calls, q, k, v, scale, out, sinks)
         return out, saved
 
-    def backward(self, go: Tensor, q, k, v, saved, scale: float):
+    def backward(self, go: Tensor, q, k, v, saved, scale: float, sinks=None):
+        """(gq, gk, gv, [grad of each learned tile mask], grad of sinks or None)."""
         gq, gk, gv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        gmasks = calls_backward(self.calls, go, q, k, v, saved, scale, gq, gk, gv)
-        return gq, gk, gv, gmasks
+        gs = None if sinks is None else torch.zeros_like(sinks)
+        gmasks = calls_backward(self.calls, go, q, k, v, saved, scale, gq, gk, gv, sinks, gs)
+        return gq, gk, gv, gmasks, gs
 
 
 @dataclass(frozen=True)
@@ -133,19 +137,25 @@ class BandPlan:
             )
             dst += gw[:, :, c * bq : c * bq + t]
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float):
-        """q (N, Lq, d), k, v (N, Lk, d) -> (output (N, Lq, d), saved tensors)."""
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float, sinks=None):
+        """q (N, Lq, d), k, v (N, Lk, d), sinks (N, Lq, 1) or None -> (output (N, Lq, d),
+        saved tensors)."""
         out = q.new_empty((1,) + q.shape[:-1] + (v.shape[-1],))
-        saved = calls_forward(self.calls, q[None], k[None], v[None], scale, out)
+        s1 = None if sinks is None else sinks[None]
+        saved = calls_forward(self.calls, q[None], k[None], v[None], scale, out, s1)
         if self.interior_blocks:
             kw, vw = self._windows(k), self._windows(v)
             o, lse = tiles.sdpa_fwd(self._blocks(q), kw, vw, self.mask, scale, False)
+            if sinks is not None:
+                o, lse = sink_forward(o, lse, self._blocks(sinks)[..., 0])
             out[0, :, self._rows()] = o.flatten(1, 2)
             saved.append((o, lse))
         return out[0], saved
 
-    def backward(self, go: Tensor, q, k, v, saved, scale: float):
+    def backward(self, go: Tensor, q, k, v, saved, scale: float, sinks=None):
+        """(gq, gk, gv, [], grad of sinks or None)."""
         gq, gk, gv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        gs = None if sinks is None else torch.zeros_like(sinks)
         edges = saved[: len(self.calls)]
         calls_backward(
             self.calls,
@@ -156,6 +166,8 @@ class BandPlan:
             edges,
             scale,
             *(t[None] for t in (gq, gk, gv)),
+            None if sinks is None else sinks[None],
+            None if gs is None else gs[None],
         )
         if self.interior_blocks:
             o, lse = saved[-1]
@@ -165,7 +177,10 @@ class BandPlan:
             gq[:, self._rows()] += a.flatten(1, 2)
             self._fold_into(gk, b)
             self._fold_into(gv, d)
-        return gq, gk, gv, []
+            if gs is not None:
+                rs = (goi * o).sum(-1)
+                self._blocks(gs)[..., 0].add_(sink_grad(self._blocks(sinks)[..., 0], lse, rs))
+        return gq, gk, gv, [], gs
 
 
 Plan = CallsPlan | BandPlan
@@ -174,22 +189,25 @@ Plan = CallsPlan | BandPlan
 
 class BlocksparseFn(torch.autograd.Function):
     """softmax(q kᵀ · scale + tile masks) v by ``plan``: q, k, v in the plan's shape and the
-    layout of :func:`~attnkit.kernels.blocksparse.tiles.unit_rows`; extra inputs: the plan's
+    layout of :func:`~attnkit.kernels.blocksparse.tiles.unit_rows`; ``sinks`` (the plan's
+    rows, 1) or None (:mod:`~attnkit.kernels.blocksparse.sinks`); extra inputs: the plan's
     :meth:`grad_masks` (their gradients are returned)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan: Plan, scale: float, *masks):
-        out, saved = plan.forward(q, k, v, scale)
+    def forward(ctx, q, k, v, plan: Plan, scale: float, sinks, *masks):
+        out, saved = plan.forward(q, k, v, scale, sinks)
         ctx.present = [s is not None for s in saved]
-        ctx.plan, ctx.scale = plan, scale
-        ctx.save_for_backward(q, k, v, *(t for s in saved if s is not None for t in s))
+        ctx.plan, ctx.scale, ctx.has_sinks = plan, scale, sinks is not None
+        extra = (sinks,) if sinks is not None else ()
+        ctx.save_for_backward(q, k, v, *extra, *(t for s in saved if s is not None for t in s))
         return out
 
     @staticmethod
     def backward(ctx, go):
         q, k, v, *rest = ctx.saved_tensors
+        sinks = rest.pop(0) if ctx.has_sinks else None
         it = iter(rest)
         saved = [(next(it), next(it)) if p else None for p in ctx.present]
         go = tiles.unit_rows(go)
-        gq, gk, gv, gmasks = ctx.plan.backward(go, q, k, v, saved, ctx.scale)
-        return (gq, gk, gv, None, None, *gmasks)
+        gq, gk, gv, gmasks, gs = ctx.plan.backward(go, q, k, v, saved, ctx.scale, sinks)
+        return (gq, gk, gv, None, None, gs, *gmasks)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
+
 FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 
@@ -60,6 +62,8 @@ class Call:
     mask: Tensor | None = None
     row_ok: Tensor | None = None
     is_causal: bool = False
+    band: tuple[float, float] | None = None
+    """Explicit tiles only (:mod:`.dropout`): keys i + band[0] <= j <= i + band[1]."""
 
     @property
     def learns_mask(self) -> bool:
@@ -72,11 +76,14 @@ class Call:
         return t[e, :, a:b]
 
 
-def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Tensor):
+def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Tensor, sinks=None):
     """Run ``calls`` on q (P, R, Lq, d), k, v (P, R, Lk, d), writing into ``out``
-    (P, R, Lq, d); returns per call (output, logsumexp) or None for calls without keys."""
+    (P, R, Lq, d); returns per call (output, logsumexp) or None for calls without keys.
+    ``sinks`` (P, R, Lq, 1) or None: each row's sink logit joins its denominator (the saved
+    output and logsumexp are the ones with the sink, :func:`~.sinks.sink_forward`)."""
     saved = []
     for c in calls:
+        assert c.band is None, "a band tile is for explicit tiles only"
         dst = c.sel(out, c.q0, c.q1)
         if c.hi <= c.lo:
             dst.zero_()
@@ -84,6 +91,8 @@ def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Ten
             continue
         qs, ks, vs = c.sel(q, c.q0, c.q1), c.sel(k, c.lo, c.hi), c.sel(v, c.lo, c.hi)
         o, lse = sdpa_fwd(qs, ks, vs, c.mask, scale, c.is_causal)
+        if sinks is not None:
+            o, lse = sink_forward(o, lse, c.sel(sinks, c.q0, c.q1)[..., 0])
         dst.copy_(o if c.row_ok is None else o * c.row_ok)
         saved.append((o, lse))
     return saved
@@ -99,9 +108,12 @@ def _mask_grad(c: Call, g: Tensor, qs, ks, vs, o, lse, scale: float) -> Tensor:
     return ds.sum_to_size(c.mask.shape).to(c.mask.dtype)
 
 
-def calls_backward(calls, go: Tensor, q, k, v, saved, scale: float, gq, gk, gv) -> list:
-    """Accumulate the gradients of ``calls`` into gq, gk, gv (shaped like q, k, v); returns
-    the gradient of every tile mask that requires grad, in call order."""
+def calls_backward(
+    calls, go: Tensor, q, k, v, saved, scale: float, gq, gk, gv, sinks=None, gsinks=None
+) -> list:
+    """Accumulate the gradients of ``calls`` into gq, gk, gv (shaped like q, k, v) and, with
+    ``sinks``, of the sink rows into ``gsinks`` (shaped like ``sinks``); returns the gradient
+    of every tile mask that requires grad, in call order."""
     gmasks = []
     for c, s in zip(calls, saved, strict=True):
         if s is None:
@@ -114,6 +126,11 @@ def calls_backward(calls, go: Tensor, q, k, v, saved, scale: float, gq, gk, gv) 
         c.sel(gq, c.q0, c.q1).add_(a)
         c.sel(gk, c.lo, c.hi).add_(b)
         c.sel(gv, c.lo, c.hi).add_(d)
+        if gsinks is not None:
+            rs = (g * o).sum(-1)
+            c.sel(gsinks, c.q0, c.q1)[..., 0].add_(
+                sink_grad(c.sel(sinks, c.q0, c.q1)[..., 0], lse, rs)
+            )
         if c.learns_mask:
             gmasks.append(_mask_grad(c, g, qs, ks, vs, o, lse, scale))
     return gmasks
