@@ -56,6 +56,7 @@ class LMConfig:
         window: None (causal attention over the whole prefix) or W >= 0: local-causal attention,
             each token sees itself and the W tokens before it (``sliding_window(W, 0)``).
         attention_dropout: dropout on the attention weights (None: ``dropout``).
+        bias: biases in every Linear and LayerNorm (False: none, as nanoGPT's ``bias=False``).
     """
 
     vocab_size: int
@@ -74,6 +75,7 @@ class LMConfig:
     layer_norm_eps: float = 1e-5
     window: int | None = None
     attention_dropout: float | None = None
+    bias: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len"):
@@ -98,7 +100,7 @@ class LMConfig:
             )
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation: expected 'relu' or 'gelu', got {self.activation!r}")
-        for name in ("norm_first", "tie_embeddings"):
+        for name in ("norm_first", "tie_embeddings", "bias"):
             checks.flag(name, getattr(self, name))
 
 
@@ -199,11 +201,14 @@ class TransformerLM(nn.Module):
                 c.layer_norm_eps,
                 batch_first=True,
                 norm_first=c.norm_first,
+                bias=c.bias,
             )
             for _ in range(c.num_layers)
         )
-        self.norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.norm_first else None
-        self.generator = nn.Linear(c.d_model, c.vocab_size)
+        self.norm = (
+            nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias) if c.norm_first else None
+        )
+        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=c.bias)
         self.checkpoint_layers = False
         """Recompute each layer in the backward pass instead of keeping its activations (a
         training option, not part of the config: see :meth:`hidden`)."""

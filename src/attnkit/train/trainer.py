@@ -33,10 +33,12 @@ from attnkit.train.checkpoint import CheckpointError, write_checkpoint
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
 from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
+from attnkit.train.optim import build_optimizer, schedule_of
+from attnkit.train.precision import require_native_bf16
 from attnkit.train.progress import JsonLog, Progress
-from attnkit.train.schedule import noam_lr
 from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state
 from attnkit.train.steps import evaluate, heldout_examples, optimizer_step, training_module
+from attnkit.train.stream import EPOCH_BATCHES, stream_batches
 from attnkit.train.tasks import TaskData, build_model, model_config, prepare
 
 __all__ = ["train"]
@@ -79,7 +81,13 @@ class _Start:
 
 def _plan(c: TrainConfig, d: Dist, data: TaskData, lengths: np.ndarray, epoch: int) -> list:
     """This rank's micro-batches of ``epoch``, ``c.accumulate`` per step (a pure function)."""
-    batches = epoch_batches(lengths, c.batch_size, c.seed, epoch, data.pack)
+    if data.stream is not None:  # random windows of the stream (attnkit.train.stream)
+        per_step = d.world_size * c.accumulate
+        batches = stream_batches(
+            len(data.stream), c.batch_size, c.seed, epoch, EPOCH_BATCHES * per_step
+        )
+    else:
+        batches = epoch_batches(lengths, c.batch_size, c.seed, epoch, data.pack)
     plan = shard(batches, d.world_size, d.rank, c.accumulate)
     if not plan:
         raise ValueError(
@@ -104,11 +112,17 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
             )
     if d.is_main:
         _check_out(out, None if loaded is None else loaded.path)
+    if c.bf16:
+        require_native_bf16()
     if c.threads is not None:
         torch.set_num_threads(c.threads)
     data = prepare(c, None if loaded is None else loaded.tokenizer)
     digest = None if c.data is None else hashlib.sha256(Path(c.data).read_bytes()).hexdigest()
-    longest = max(len(x) for e in data.examples for x in e)
+    if data.stream is not None:
+        longest, lengths = c.block_size + 1, np.zeros(0, dtype=np.int64)
+    else:
+        longest = max(len(x) for e in data.examples for x in e)
+        lengths = np.array([sum(len(x) for x in e) for e in data.examples])
     if loaded is None:
         mcfg = model_config(c, data.kind, data.tokenizer.get_vocab_size(), max(256, longest + 2))
         torch.manual_seed(c.seed)
@@ -116,10 +130,7 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
     else:
         mcfg, model = loaded.model_config, loaded.model
     model.train()
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=c.weight_decay
-    )
-    lengths = np.array([sum(len(x) for x in e) for e in data.examples])
+    opt = build_optimizer(model, c)
     s = _Start(data, model, mcfg, opt, digest, lengths, [], loaded)
     if loaded is not None:
         s.tensors, s.state = loaded.state()
@@ -198,6 +209,7 @@ def _train(
             echo(note)
     data, opt, per_step = s.data, s.opt, d.world_size * c.accumulate
     step, epoch, index, tokens, plan = s.step, s.epoch, s.index, s.tokens, s.plan
+    lr_at = schedule_of(c)
     held = heldout_examples(data, c) if d.is_main else []
 
     def save() -> Path:
@@ -216,11 +228,7 @@ def _train(
             "accumulate": c.accumulate,
             "optimizer": opt_meta,
             "rng": rng_meta,
-            "schedule": {
-                "kind": "noam",
-                "step": step,
-                "lr": noam_lr(max(step, 1), c.d_model, c.warmup, c.lr_factor),
-            },
+            "schedule": {"kind": c.schedule, "step": step, "lr": lr_at(max(step, 1))},
         }
         files = session.checkpoint_files(
             model=s.model,
@@ -243,9 +251,14 @@ def _train(
     n_params = sum(p.numel() for p in s.model.parameters())
     procs = "" if not d.enabled else f", {d.world_size} processes"
     packed = "" if data.pack is None else f"; packed rows of {data.pack.max_len} tokens"
+    if data.stream is not None:
+        packed = f"; one stream of {len(data.stream.ids):,} tokens, windows of {c.block_size}"
+    held_out = f"{len(data.heldout)} held out"
+    if data.stream is not None:
+        held_out = f"the last {len(data.heldout[0]):,} characters held out"
     echo(
-        f"{'resuming' if s.loaded else 'training'} {c.task}: {len(data.examples)} training "
-        f"examples, {len(data.heldout)} held out, vocabulary {data.tokenizer.get_vocab_size()}, "
+        f"{'resuming' if s.loaded else 'training'} {c.task}: {len(data.examples):,} training "
+        f"examples, {held_out}, vocabulary {data.tokenizer.get_vocab_size()}, "
         f"{n_params:,} parameters{procs}{packed}; step {step}; writing to {out}"
     )
     first, first_tokens, t0, saved, stop = step, tokens, time.monotonic(), None, False
@@ -262,7 +275,7 @@ def _train(
                 plan = _plan(c, d, data, s.lengths, epoch)
             micro = plan[index // per_step]
             index, step = index + per_step, step + 1
-            lr = noam_lr(step, c.d_model, c.warmup, c.lr_factor)
+            lr = lr_at(step)
             for g in opt.param_groups:
                 g["lr"] = lr
             t_step = time.monotonic()
