@@ -275,9 +275,7 @@ class TransformerLM(nn.Module):
         pad = tokens == self.config.pad_id
         if doc_ids is not None:
             mask = document(doc_ids) & self._causal()
-        elif self.config.window is None:
-            mask = causal() & from_key_padding_mask(pad)
-        else:  # a band alone keeps the blocksparse band plan; padding only when there is some
+        else:  # a plain causal or band mask keeps the fused paths; padding only when there is some
             mask = (
                 self._causal() & from_key_padding_mask(pad) if bool(pad.any()) else self._causal()
             )

@@ -23,6 +23,7 @@ from attnkit.train import tokenizer as tk
 from attnkit.train.batches import batch_logits, collate_lm
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import Dist
+from attnkit.train.lm_eval import stream_windows
 from attnkit.train.loss import chunked_head_loss, token_cross_entropy
 from attnkit.train.metrics import exact_match, heldout_loss, translate
 from attnkit.train.packing import PackSpec, pack_lm
@@ -146,7 +147,7 @@ def heldout_examples(data: TaskData, c: TrainConfig) -> list:
     sequence per held-out line (its ids + [EOS], cut at ``max_len`` as training cuts them)."""
     if data.stream is not None:  # the held-out tail as one stream, no [EOS]
         ids = tk.encode(data.tokenizer, data.heldout[0])
-        return [(w,) for w in lm_windows(ids, c.block_size, c.block_size) if len(w) >= 2]
+        return [(ids[a : b + 1],) for a, b, _ in stream_windows(len(ids), c.block_size)]
     if data.kind == "lm" and data.pack is not None:
         seqs = (p for line in data.heldout for p in lm_sequences(data.tokenizer, line, c.max_len))
         return [(p,) for p in seqs if len(p) >= 2]
