@@ -5,8 +5,9 @@
     python scripts/accept.py translate   eng-fra-5k (95/5 split), 10 minutes: BLEU and chrF on
                                          the held-out split and on 200 training pairs, with the
                                          sacrebleu signatures; docs/translate_learning_curve.png
-    python scripts/accept.py lm          scripts/data/rhymes.txt, 5 minutes: validation
-                                         perplexity and a continuation of "humpty dumpty sat on"
+    python scripts/accept.py lm          character-level tiny Shakespeare (../shared/data),
+                                         1,000 steps: validation nats/char and bits/char beside
+                                         the unigram baseline, and a sampled continuation
     python scripts/accept.py all
 
 Options: --runs DIR (default: a new temporary directory), --threads N (torch threads, 1),
@@ -26,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENG_FRA = ROOT.parent / "shared" / "data" / "eng-fra-5k.tsv"
-RHYMES = ROOT / "scripts" / "data" / "rhymes.txt"
+SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 
 
 def attnkit(*args: object) -> tuple[str, float]:
@@ -153,40 +154,14 @@ def translate(runs: Path, ns) -> None:
 
 def lm(runs: Path, ns) -> None:
     out = runs / "lm"
-    minutes = ns.minutes or 5
-    attnkit(
-        "train",
-        "--task",
-        "lm",
-        "--data",
-        RHYMES,
-        "--out",
-        out,
-        "--max-minutes",
-        minutes,
-        "--eval-every",
-        100,
-        "--threads",
-        ns.threads,
-        "--no-progress",
-    )
-    attnkit("evaluate", "--ckpt", out)
-    attnkit("generate", "--ckpt", out, "--prompt", "humpty dumpty sat on", "--max-new-tokens", 12)
-    attnkit(
-        "generate",
-        "--ckpt",
-        out,
-        "--prompt",
-        "humpty dumpty sat on",
-        "--max-new-tokens",
-        12,
-        "--temperature",
-        0.8,
-        "--top-k",
-        5,
-        "--seed",
-        1,
-    )
+    attnkit("train", "--task", "lm", "--data", SHAKESPEARE, "--tokenizer", "char",
+            "--block-size", 256, "--batch-size", 4, "--schedule", "cosine", "--lr", 2e-3,
+            "--warmup", 100, "--max-steps", 1000, "--betas", "0.9,0.99", "--weight-decay", 0.1,
+            "--no-bias", "--dropout", 0, "--eval-every", 250, "--out", out,
+            "--threads", ns.threads, "--no-progress")  # fmt: skip
+    attnkit("evaluate", "--ckpt", out)  # prints the unigram baseline beside the model
+    attnkit("generate", "--ckpt", out, "--prompt", "ROMEO:", "--max-new-tokens", 200,
+            "--temperature", 0.8, "--top-p", 0.95, "--seed", 1)  # fmt: skip
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ def run(loaded, ns: argparse.Namespace) -> int:
     from attnkit.train import tokenizer as tk
     from attnkit.train.data import DataError, read_text
     from attnkit.train.lm_eval import score_stream, unigram_nats
+    from attnkit.train.optim import recipe_summary
     from attnkit.train.stream import split_text
 
     c = loaded.train_config.resolved()
@@ -56,6 +57,7 @@ def run(loaded, ns: argparse.Namespace) -> int:
         f"checkpoint {loaded.path} (task lm, step {loaded.step}); {len(ids):,} tokens of "
         f"{source}, windows of {c.block_size} tokens every {stride}"
     )
+    print(recipe_summary(c))
     char = _char_level(tok)
     score = score_stream(
         loaded.model, ids, c.block_size, stride, characters=len(text), char_level=char

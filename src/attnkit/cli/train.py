@@ -41,6 +41,11 @@ examples:
   attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv --out runs/fra \\
       --max-minutes 10
   attnkit train --task lm --data rhymes.txt --out runs/lm --max-minutes 5 --tokenizer word
+  attnkit train --task lm --data ../shared/data/tinyshakespeare.txt --tokenizer char \\
+      --schedule cosine --lr 2e-3 --max-steps 2000 --betas 0.9,0.99 --weight-decay 0.1 \\
+      --no-bias --dropout 0 --out runs/shakespeare
+      the file is one token stream (newlines included), batches are random windows of
+      --block-size + 1 tokens, the last 10% is held out; --lines: each line an example
   attnkit train --task translate --data ../shared/data/eng-fra-5k.tsv --pack --out runs/fra-pack
       packs several sentence pairs into each row (document masks); the row length is
       twice the longest training pair rounded up to a multiple of 32 unless --max-len is given

@@ -33,7 +33,7 @@ from attnkit.train.checkpoint import CheckpointError, write_checkpoint
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
 from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
-from attnkit.train.optim import build_optimizer, schedule_of
+from attnkit.train.optim import build_optimizer, recipe_summary, schedule_of
 from attnkit.train.precision import require_native_bf16
 from attnkit.train.progress import JsonLog, Progress
 from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state
@@ -261,6 +261,7 @@ def _train(
         f"examples, {held_out}, vocabulary {data.tokenizer.get_vocab_size()}, "
         f"{n_params:,} parameters{procs}{packed}; step {step}; writing to {out}"
     )
+    echo(recipe_summary(c))
     first, first_tokens, t0, saved, stop = step, tokens, time.monotonic(), None, False
     stepping = 0.0  # seconds inside optimiser steps (no evaluation, no saving)
     bar = Progress(progress, c.max_steps, None if c.max_minutes is None else c.max_minutes * 60)
