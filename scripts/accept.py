@@ -87,7 +87,15 @@ def copy(runs: Path, ns) -> None:
     )
 
 
-def curve(log: Path, png: Path) -> None:
+def curve(
+    log: Path,
+    png: Path,
+    title: str = "attnkit train --task translate, eng-fra-5k (95/5 split)",
+    train_label: str = "training loss (label smoothing 0.1)",
+    reference: tuple[float, str] | None = None,
+) -> None:
+    """Training and held-out loss against the step as a PNG; ``reference``: (loss, label) of a
+    horizontal line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,16 +105,20 @@ def curve(log: Path, png: Path) -> None:
     tr = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     va = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.plot(*zip(*tr), lw=0.8, label="training loss (label smoothing 0.1)")
+    ax.plot(*zip(*tr), lw=0.8, label=train_label)
     ax.plot(*zip(*va), "o-", label="held-out loss (NLL per token)")
+    if reference is not None:
+        ax.axhline(reference[0], color="grey", ls="--", lw=0.8, label=reference[1])
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
-    ax.set_title("attnkit train --task translate, eng-fra-5k (95/5 split)")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
+    tmp = png.with_name(png.name + ".tmp.png")
+    fig.savefig(tmp)
+    tmp.replace(png)  # atomic
     print(f"learning curve: {png}\n")
 
 

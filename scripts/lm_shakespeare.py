@@ -15,12 +15,11 @@ matrices, clip 1.0, dropout 0, cosine to lr/10 after 100 warm-up steps) trained 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from accept import attnkit, curve  # the command runner and loss-curve plot of scripts/accept.py
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
@@ -31,47 +30,6 @@ RECIPE = ["--tokenizer", "char", "--block-size", "256", "--batch-size", "4", "--
           "--schedule", "cosine", "--lr", "2e-3", "--min-lr", "2e-4", "--warmup", "100",
           "--betas", "0.9,0.99", "--weight-decay", "0.1", "--clip", "1.0", "--no-bias",
           "--tie-embeddings", "--norm-first", "--activation", "gelu", "--seed", "1337"]  # fmt: skip
-
-
-def attnkit(*args: object) -> str:
-    """``python -m attnkit ARGS`` (stdout echoed); exits when it fails."""
-    cmd = [sys.executable, "-m", "attnkit", *map(str, args)]
-    print("$ attnkit " + " ".join(map(str, args)), flush=True)
-    t = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    print(proc.stdout.rstrip())
-    if proc.returncode:
-        print(proc.stderr.rstrip())
-        sys.exit(f"failed with exit code {proc.returncode}")
-    print(f"  ({time.monotonic() - t:.1f} s)\n", flush=True)
-    return proc.stdout
-
-
-def curve(log: Path, png: Path) -> None:
-    """The training and validation loss against the step, written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [json.loads(s) for s in log.read_text().splitlines()]
-    tr = [(r["step"], r["loss"]) for r in rows if "loss" in r]
-    va = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.plot(*zip(*tr), lw=0.8, label="training loss (batch mean)")
-    ax.plot(*zip(*va), "o-", label="validation loss (whole held-out tail)")
-    ax.axhline(1.88, color="grey", ls="--", lw=0.8, label="nanoGPT CPU recipe, published (1.88)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("nats per character")
-    ax.set_title("attnkit, character-level tiny Shakespeare (make lm-shakespeare)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    tmp = png.with_name(png.name + ".tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(png)
-    print(f"loss curve: {png}\n")
 
 
 def main() -> int:
@@ -95,7 +53,9 @@ def main() -> int:
     attnkit("evaluate", "--ckpt", out)
     attnkit("generate", "--ckpt", out, "--prompt", "\n", "--max-new-tokens", 300,
             "--temperature", 0.8, "--top-p", 0.95, "--seed", 1)  # fmt: skip
-    curve(out / "log.jsonl", ns.png)
+    curve(out / "log.jsonl", ns.png, "attnkit, character-level tiny Shakespeare "
+          "(make lm-shakespeare)", "training loss (batch mean)",
+          (1.88, "nanoGPT CPU recipe, published (1.88)"))  # fmt: skip
     return 0
 
 
