@@ -77,3 +77,19 @@ def test_sampling_is_seeded_and_stops():
         generate_ids(model, [5], 3, 8, temperature=-1.0)
     with pytest.raises(ValueError, match="^prompt: expected at least one token"):
         generate_ids(model, [], 3, 8)
+
+
+def test_bf16_autocast_attends_in_float32_and_tracks_float32():
+    model = make_lm()
+    x = torch.randint(4, 20, (3, 17))
+    want = model(x).double()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(x)
+        q = torch.randn(2, 2, 5, 8, dtype=torch.bfloat16)
+        from attnkit.models.lm import float32_attention
+
+        out, w = float32_attention(q, q, q, None, dropout_p=0.0, return_weights=True)
+    assert out.dtype == w.dtype == torch.bfloat16
+    ref = torch.softmax(q.double() @ q.double().transpose(-1, -2) / 8**0.5, -1)
+    torch.testing.assert_close(w.double(), ref, atol=2e-2, rtol=2e-2)  # bf16 rounding
+    torch.testing.assert_close(got.double(), want, atol=0.1, rtol=0.05)  # bf16 projections
