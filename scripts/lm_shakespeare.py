@@ -35,7 +35,7 @@ RECIPE = ["--tokenizer", "char", "--block-size", "256", "--batch-size", "4", "--
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=Path, default=None, help="run directory parent (a temp dir)")
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=4000)
     p.add_argument("--no-bf16", action="store_true", help="float32 even on a native-bf16 CPU")
     p.add_argument("--png", type=Path, default=PNG)
     ns = p.parse_args()
