@@ -108,3 +108,13 @@ bench: $(STAMP_RUN)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache site
+
+# Language model on tiny Shakespeare (../shared/data): attnkit against a plain-PyTorch GPT with
+# nanoGPT's CPU recipe, side by side, one thread each (~2 x 150 s idle, then the best recipe in
+# the peer's time); and attnkit's best recipe (4,000 steps) with its loss curve and a sample.
+.PHONY: lm-bench lm-shakespeare
+lm-bench: $(STAMP_RUN)
+	cd benchmarks && ../$(BIN)/python lm_race.py --bf16
+
+lm-shakespeare: $(STAMP_RUN)
+	$(BIN)/python scripts/lm_shakespeare.py

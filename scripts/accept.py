@@ -5,8 +5,9 @@
     python scripts/accept.py translate   eng-fra-5k (95/5 split), 10 minutes: BLEU and chrF on
                                          the held-out split and on 200 training pairs, with the
                                          sacrebleu signatures; docs/translate_learning_curve.png
-    python scripts/accept.py lm          scripts/data/rhymes.txt, 5 minutes: validation
-                                         perplexity and a continuation of "humpty dumpty sat on"
+    python scripts/accept.py lm          character-level tiny Shakespeare (../shared/data),
+                                         1,000 steps: validation nats/char and bits/char beside
+                                         the unigram baseline, and a sampled continuation
     python scripts/accept.py all
 
 Options: --runs DIR (default: a new temporary directory), --threads N (torch threads, 1),
@@ -26,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENG_FRA = ROOT.parent / "shared" / "data" / "eng-fra-5k.tsv"
-RHYMES = ROOT / "scripts" / "data" / "rhymes.txt"
+SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 
 
 def attnkit(*args: object) -> tuple[str, float]:
@@ -86,7 +87,15 @@ def copy(runs: Path, ns) -> None:
     )
 
 
-def curve(log: Path, png: Path) -> None:
+def curve(
+    log: Path,
+    png: Path,
+    title: str = "attnkit train --task translate, eng-fra-5k (95/5 split)",
+    train_label: str = "training loss (label smoothing 0.1)",
+    reference: tuple[float, str] | None = None,
+) -> None:
+    """Training and held-out loss against the step as a PNG; ``reference``: (loss, label) of a
+    horizontal line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,16 +105,20 @@ def curve(log: Path, png: Path) -> None:
     tr = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     va = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.plot(*zip(*tr), lw=0.8, label="training loss (label smoothing 0.1)")
+    ax.plot(*zip(*tr), lw=0.8, label=train_label)
     ax.plot(*zip(*va), "o-", label="held-out loss (NLL per token)")
+    if reference is not None:
+        ax.axhline(reference[0], color="grey", ls="--", lw=0.8, label=reference[1])
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
-    ax.set_title("attnkit train --task translate, eng-fra-5k (95/5 split)")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
+    tmp = png.with_name(png.name + ".tmp.png")
+    fig.savefig(tmp)
+    tmp.replace(png)  # atomic
     print(f"learning curve: {png}\n")
 
 
@@ -153,40 +166,14 @@ def translate(runs: Path, ns) -> None:
 
 def lm(runs: Path, ns) -> None:
     out = runs / "lm"
-    minutes = ns.minutes or 5
-    attnkit(
-        "train",
-        "--task",
-        "lm",
-        "--data",
-        RHYMES,
-        "--out",
-        out,
-        "--max-minutes",
-        minutes,
-        "--eval-every",
-        100,
-        "--threads",
-        ns.threads,
-        "--no-progress",
-    )
-    attnkit("evaluate", "--ckpt", out)
-    attnkit("generate", "--ckpt", out, "--prompt", "humpty dumpty sat on", "--max-new-tokens", 12)
-    attnkit(
-        "generate",
-        "--ckpt",
-        out,
-        "--prompt",
-        "humpty dumpty sat on",
-        "--max-new-tokens",
-        12,
-        "--temperature",
-        0.8,
-        "--top-k",
-        5,
-        "--seed",
-        1,
-    )
+    attnkit("train", "--task", "lm", "--data", SHAKESPEARE, "--tokenizer", "char",
+            "--block-size", 256, "--batch-size", 4, "--schedule", "cosine", "--lr", 2e-3,
+            "--warmup", 100, "--max-steps", 1000, "--betas", "0.9,0.99", "--weight-decay", 0.1,
+            "--no-bias", "--dropout", 0, "--eval-every", 250, "--out", out,
+            "--threads", ns.threads, "--no-progress")  # fmt: skip
+    attnkit("evaluate", "--ckpt", out)  # prints the unigram baseline beside the model
+    attnkit("generate", "--ckpt", out, "--prompt", "ROMEO:", "--max-new-tokens", 200,
+            "--temperature", 0.8, "--top-p", 0.95, "--seed", 1)  # fmt: skip
 
 
 def main() -> None:

@@ -88,13 +88,16 @@ for args in json.load(open(sys.argv[1])):
 DYING = """
 import os, sys, time
 import attnkit.train.trainer as t
-real = t.noam_lr
-def noam_lr(step, *a):
-    if step == 2:
-        open("died_at", "w").write(repr(time.time()))
-        os._exit(3) if sys.argv[1] == "exit" else time.sleep(600)
-    return real(step, *a)
-t.noam_lr = noam_lr
+real = t.schedule_of
+def schedule_of(c):
+    lr = real(c)
+    def dying(step):
+        if step == 2:
+            open("died_at", "w").write(repr(time.time()))
+            os._exit(3) if sys.argv[1] == "exit" else time.sleep(600)
+        return lr(step)
+    return dying
+t.schedule_of = schedule_of
 from attnkit.cli import main
 sys.exit(main(sys.argv[2:]))
 """

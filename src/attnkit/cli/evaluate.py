@@ -20,7 +20,10 @@ examples:
   attnkit evaluate --ckpt runs/copy                  exact match on the held-out split
   attnkit evaluate --ckpt runs/fra --beam 4          BLEU, chrF, TER on the held-out split
   attnkit evaluate --ckpt runs/fra --split train     ... on 200 training pairs
-  attnkit evaluate --ckpt runs/lm                    perplexity of the held-out lines
+  attnkit evaluate --ckpt runs/lm                    nats/token, bits/char (char tokenizer),
+                                                     perplexity of the held-out stream
+  attnkit evaluate --ckpt runs/lm --stride 32 --data other.txt
+                                                     sliding windows over another file
   attnkit evaluate --ckpt runs/fra --data other.tsv --n 500
 
 The last line of the output is metric=value (exact_match, bleu or perplexity).
@@ -48,6 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=None, help="first N examples only")
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=0.0, help="beam length penalty")
+    p.add_argument(
+        "--stride",
+        type=int,
+        metavar="S",
+        help="lm: sliding windows every S tokens (default: the block size, no overlap)",
+    )
 
 
 def _examples(loaded, ns):
@@ -86,6 +95,10 @@ def _run(ns: argparse.Namespace) -> int:
         raise UsageError(f"--beam: expected a positive int, got {ns.beam}")
     with option_names({"beam_size": "--beam", "length_penalty": "--length-penalty"}):
         loaded = session.load(ns.ckpt, best=True)
+        if loaded.kind == "lm":  # nats/token, bits/char, perplexity (attnkit.cli.evaluate_lm)
+            from attnkit.cli import evaluate_lm
+
+            return evaluate_lm.run(loaded, ns)
         items, source = _examples(loaded, ns)
         if ns.data is not None:
             _warn_overlap(loaded, items, ns.data)

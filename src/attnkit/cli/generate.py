@@ -18,6 +18,8 @@ examples:
   attnkit generate --ckpt runs/lm --prompt "humpty dumpty sat on"
   attnkit generate --ckpt runs/lm --prompt "humpty dumpty sat on" --max-new-tokens 30 \\
       --temperature 0.8 --top-k 5 --seed 1
+  attnkit generate --ckpt runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 \\
+      --temperature 0.8 --top-p 0.95
 """
 
 
@@ -27,8 +29,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         NAME,
         help="continue a prompt with a trained language model",
         description="Continue PROMPT with a checkpoint of 'attnkit train --task lm': greedy by "
-        "default, sampled with --temperature > 0 (among the --top-k most likely tokens). "
-        "Prints the prompt followed by the continuation.",
+        "default, sampled with --temperature > 0 (among the --top-k most likely tokens, or the "
+        "--top-p nucleus). Prints the prompt, then the continuation as it is generated "
+        "(detokenised: no space before punctuation; newlines kept). The context is cropped to "
+        "the model's training window (--block-size).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -38,6 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to add (20)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=None, help="sample among the K likeliest")
+    p.add_argument("--top-p", type=float, default=None, help="sample among the likeliest "
+                   "tokens whose probabilities add up to P (nucleus sampling)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler (0)")
 
 
@@ -49,7 +55,11 @@ def run(ns: argparse.Namespace) -> int:
 
 def _run(ns: argparse.Namespace) -> int:
     """Generate; 0 on success."""
-    from attnkit.train import metrics, session
+    import torch
+
+    from attnkit.train import session
+    from attnkit.train import tokenizer as tk
+    from attnkit.train.lm_generate import generate_ids
 
     loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":
@@ -62,17 +72,55 @@ def _run(ns: argparse.Namespace) -> int:
         "max_new_tokens": "--max-new-tokens",
         "temperature": "--temperature",
         "top_k": "--top-k",
+        "top_p": "--top-p",
         "prompt": "--prompt",
     }
+    tok = loaded.tokenizer
     with option_names(names):
-        text = metrics.continue_text(
-            loaded.model,
-            loaded.tokenizer,
-            ns.prompt,
+        enc = tok.encode(ns.prompt, add_special_tokens=False)
+        if not enc.ids:
+            raise UsageError(f"--prompt: {one_line(ns.prompt)!r} has no tokens")
+        unknown = tk.unknown_words(tok, ns.prompt)
+        if unknown:
+            print(
+                "warning: --prompt: not in the model's vocabulary, read as an unknown token: "
+                + ", ".join(repr(one_line(w)) for w in unknown),
+                file=sys.stderr,
+            )
+        lm = loaded.model
+        c = loaded.train_config.resolved()
+        gen = torch.Generator().manual_seed(ns.seed)
+        stop = tk.EOS if c.lines else None  # a stream model never saw [EOS]
+        ids = generate_ids(
+            lm,
+            enc.ids,
             ns.max_new_tokens,
-            ns.temperature,
-            ns.top_k,
-            ns.seed,
+            c.block_size,
+            temperature=ns.temperature,
+            top_k=ns.top_k,
+            top_p=ns.top_p,
+            banned=lm.banned_ids(),
+            stop=stop,
+            generator=gen,
         )
-    print(one_line(f"{ns.prompt} {text}"))
+        head = tk.decode(tok, enc.ids)
+        shown = ""
+        out = sys.stdout
+        out.write(_safe(ns.prompt))
+        new: list[int] = []
+        for i in ids:
+            new.append(i)
+            text = tk.decode(tok, enc.ids + new)[len(head) :]
+            if text.startswith(shown) and not text.endswith("\ufffd"):
+                out.write(_safe(text[len(shown) :]))
+                out.flush()
+                shown = text
+        out.write(_safe(tk.decode(tok, enc.ids + new)[len(head) :][len(shown) :]) + "\n")
     return 0
+
+
+def _safe(text: str) -> str:
+    """Generated text for a terminal: newlines kept, other control characters escaped."""
+    from attnkit.terminal import printable
+
+    return "\n".join(printable(line) for line in text.split("\n"))

@@ -11,6 +11,20 @@ from pathlib import Path
 
 from attnkit.cli.common import UsageError, add_device, on_device, option_names
 
+SCHEDULES = ("noam", "cosine", "constant")  # attnkit.train.schedule.SCHEDULES (no torch import)
+
+
+def _betas(text: str) -> tuple[float, float]:
+    """``"0.9,0.99"`` -> (0.9, 0.99); argparse reports the ValueError as a usage error."""
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected two numbers B1,B2, got {text!r}")
+    try:
+        return float(parts[0]), float(parts[1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two numbers B1,B2, got {text!r}") from None
+
+
 NAME = "train"
 EXAMPLES = """\
   train     train a Transformer (copy/reverse/sort/lm/translate) with checkpoints and resume
@@ -28,6 +42,11 @@ examples:
   attnkit train --task translate --data eng-fra.tsv --out runs/fra \\
       --max-minutes 10
   attnkit train --task lm --data rhymes.txt --out runs/lm --max-minutes 5 --tokenizer word
+  attnkit train --task lm --data tinyshakespeare.txt --tokenizer char \\
+      --schedule cosine --lr 2e-3 --max-steps 2000 --betas 0.9,0.99 --weight-decay 0.1 \\
+      --no-bias --dropout 0 --out runs/shakespeare
+      the file is one token stream (newlines included), batches are random windows of
+      --block-size + 1 tokens, the last 10% is held out; --lines: each line an example
   attnkit train --task translate --data eng-fra.tsv --pack --out runs/fra-pack
       packs several sentence pairs into each row (document masks); the row length is
       twice the longest training pair rounded up to a multiple of 32 unless --max-len is given
@@ -66,7 +85,10 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     "--min-length": ("min_length", dict(type=int, help="synthetic: shortest (--length // 2)")),
     "--train-size": ("train_size", dict(type=int, help="synthetic: training examples (20000)")),
     "--valid-size": ("valid_size", dict(type=int, help="synthetic: held-out examples (200)")),
-    "--valid-fraction": ("valid_fraction", dict(type=float, help="files: held out (0.05)")),
+    "--valid-fraction": (
+        "valid_fraction",
+        dict(type=float, help="files: held out (0.05; an lm stream: its last 0.1)"),
+    ),
     "--block-size": ("block_size", dict(type=int, help="lm: tokens per example (64)")),
     "--tokenizer": ("tokenizer", dict(choices=("word", "char", "bpe"), help="tokenizer kind")),
     "--vocab-size": ("vocab_size", dict(type=int, help="bpe vocabulary size (2000)")),
@@ -78,8 +100,12 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     "--batch-size": ("batch_size", dict(type=int, help="sequences per batch")),
     "--warmup": ("warmup", dict(type=int, help="warm-up steps of the schedule")),
     "--lr-factor": ("lr_factor", dict(type=float, help="factor of the schedule")),
-    "--weight-decay": ("weight_decay", dict(type=float, help="AdamW weight decay (0)")),
-    "--label-smoothing": ("label_smoothing", dict(type=float, help="(0.1)")),
+    "--weight-decay": (
+        "weight_decay",
+        dict(type=float, help="AdamW weight decay on matrices only (Linear weights, embeddings; "
+             "not biases or LayerNorm weights, as nanoGPT) (0)"),
+    ),
+    "--label-smoothing": ("label_smoothing", dict(type=float, help="(0.1; lm 0)")),
     "--clip": ("clip", dict(type=float, help="gradient-norm clipping, 0 = off (1.0)")),
     "--max-steps": ("max_steps", dict(type=int, help="stop at step N (a total, also on --resume)")),
     "--max-minutes": (
@@ -135,7 +161,24 @@ OPTIONS: dict[str, tuple[str, dict]] = {
         "early_stop",
         dict(type=int, help="stop after N evaluations without improvement of --best-metric"),
     ),
-}
+    # the language-model recipe (issue 20)
+    "--lines": ("lines", dict(action="store_true", help="lm: each line its own "
+                "example, joined by [EOS] (default: the file is one token stream)")),
+    "--lr": ("lr", dict(type=float, help="peak learning rate of cosine/constant (1e-3)")),
+    "--schedule": ("schedule", dict(choices=SCHEDULES, help="learning-rate schedule (noam)")),
+    "--min-lr": ("min_lr", dict(type=float, help="cosine: final learning rate (--lr / 10)")),
+    "--betas": ("betas", dict(type=_betas, metavar="B1,B2", help="AdamW betas (0.9,0.98)")),
+    "--tie-embeddings": ("tie_embeddings", dict(action=argparse.BooleanOptionalAction,
+                         help="output layer shares the embedding matrix (default: tied)")),
+    "--norm-first": ("norm_first", dict(action=argparse.BooleanOptionalAction,
+                     help="pre-LayerNorm layers (default: on)")),
+    "--bias": ("bias", dict(action=argparse.BooleanOptionalAction,
+               help="lm: biases in Linear and LayerNorm (default: on)")),
+    "--activation": ("activation", dict(choices=("gelu", "relu"),
+                     help="feed-forward activation (lm gelu, others relu)")),
+    "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast "
+               "(only on CPUs with native bf16: AVX512-BF16, AMX or Arm bf16)")),
+}  # fmt: skip
 NAMES = {field: opt for opt, (field, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
 
 DEFAULT_STEPS = 600

@@ -82,7 +82,8 @@ class TrainConfig:
     Model: ``d_model``, ``nhead``, ``layers`` (per stack), ``dim_feedforward``, ``dropout``.
     Optimiser: AdamW (betas 0.9/0.98, eps 1e-9, ``weight_decay``); lr =
     ``lr_factor`` · d_model^-0.5 · min(step^-0.5, step · ``warmup``^-1.5);
-    ``label_smoothing``; gradient norm clipped to ``clip`` (0 = off); ``batch_size`` sequences.
+    ``label_smoothing`` (default 0.1, lm 0.0); gradient norm clipped to ``clip`` (0 = off);
+    ``batch_size`` sequences.
     Packing and long context: ``pack`` several sequences into each row of ``max_len`` tokens
     (document masks keep them apart, positions restart; default row: lm ``block_size``, the
     encoder-decoder tasks :func:`attnkit.train.packing.default_row_length` of the training
@@ -103,6 +104,13 @@ class TrainConfig:
     Best checkpoint: ``best_metric`` ("loss": lowest held-out loss; "bleu": highest held-out
     BLEU, encoder-decoder tasks) decides ``best/``; ``early_stop`` N stops after N evaluations
     in a row without improvement (None = never).
+    Language models (issue 20): ``lines`` False (the default for lm, unless ``pack``) reads the
+    file as one token stream (:mod:`attnkit.train.stream`: random windows, the contiguous tail
+    held out, ``valid_fraction`` 0.1; lines mode 0.05); ``schedule`` noam, cosine or constant
+    (:mod:`attnkit.train.schedule`: ``lr`` peak, default 1e-3, ``min_lr`` floor, default lr/10;
+    cosine decays over ``max_steps``); AdamW ``betas``; ``weight_decay`` on matrices only
+    (:mod:`attnkit.train.optim`); model ``tie_embeddings`` (default True), ``norm_first``,
+    ``bias``, ``activation`` (lm gelu, seq2seq relu); ``bf16`` autocast (CPUs with native bf16).
     """
 
     task: str = "copy"
@@ -113,7 +121,7 @@ class TrainConfig:
     min_length: int | None = None
     train_size: int = 20000
     valid_size: int = 200
-    valid_fraction: float = 0.05
+    valid_fraction: float | None = None
     block_size: int = 64
     tokenizer: str | None = None
     vocab_size: int = 2000
@@ -126,7 +134,7 @@ class TrainConfig:
     warmup: int | None = None
     lr_factor: float | None = None
     weight_decay: float = 0.0
-    label_smoothing: float = 0.1
+    label_smoothing: float | None = None
     clip: float = 1.0
     max_steps: int | None = None
     max_minutes: float | None = None
@@ -144,6 +152,17 @@ class TrainConfig:
     # issue 21: which evaluation is best (best/), early stopping
     best_metric: str = "loss"
     early_stop: int | None = None
+    # language-model recipe (issue 20; see the class docstring's last paragraph)
+    lines: bool | None = None
+    lr: float | None = None
+    schedule: str = "noam"
+    min_lr: float | None = None
+    betas: tuple[float, float] = (0.9, 0.98)
+    tie_embeddings: bool | None = None
+    norm_first: bool = True
+    bias: bool = True
+    activation: str | None = None
+    bf16: bool = False
 
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
@@ -158,6 +177,7 @@ class TrainConfig:
             c.block_size = c.max_len  # one length for lm windows and packed rows
         if c.pack is True and c.max_len is None and c.task == "lm":
             c.max_len = c.block_size  # seq2seq: from the data (attnkit.train.tasks.prepare)
+        _resolve_lm_recipe(c)
         if c.data is not None:  # one spelling per file, whatever the working directory
             c.data = str(Path(c.data).expanduser().resolve())
         c.validate()
@@ -221,6 +241,7 @@ class TrainConfig:
             raise ValueError("best_metric: BLEU needs an encoder-decoder task, got task 'lm'")
         if self.early_stop is not None:
             positive_int("early_stop", self.early_stop)
+        _validate_lm_recipe(self)
         if self.task in ("lm", "translate") and self.data is None:
             raise ValueError(f"data: the {self.task} task needs a data file (--data FILE)")
 
@@ -235,6 +256,8 @@ class TrainConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"{source}: unknown training options {unknown}")
+        if d.get("task") == "lm" and "lines" not in d:  # saved before stream training existed
+            d = {**d, "lines": True}
         return cls(**d)
 
     def identity_differences(self, other: TrainConfig) -> list[str]:
@@ -247,3 +270,47 @@ class TrainConfig:
             if a != b:
                 out.append(f"{f.name}: {a!r} != {b!r}")
         return out
+
+
+def _resolve_lm_recipe(c: TrainConfig) -> None:
+    """Fill the language-model recipe's defaults in place (see :class:`TrainConfig`)."""
+    if c.lines is None:
+        c.lines = c.task != "lm" or c.pack is True  # packing keeps lines as documents
+    if c.valid_fraction is None:
+        c.valid_fraction = 0.05 if c.lines else 0.1
+    if c.lr is None and c.schedule != "noam":
+        c.lr = 1e-3
+    if c.min_lr is None and c.lr is not None:
+        c.min_lr = c.lr / 10
+    if c.label_smoothing is None:  # a language model is scored in nats: no smoothing
+        c.label_smoothing = 0.0 if c.task == "lm" else 0.1
+    if c.tie_embeddings is None:
+        c.tie_embeddings = True
+    if c.activation is None:
+        c.activation = "gelu" if c.task == "lm" else "relu"
+    c.betas = tuple(c.betas)
+
+
+def _validate_lm_recipe(c: TrainConfig) -> None:
+    for name in ("lines", "tie_embeddings", "norm_first", "bias", "bf16"):
+        flag(name, getattr(c, name))
+    choice("schedule", c.schedule, ("noam", "cosine", "constant"))
+    choice("activation", c.activation, ("gelu", "relu"))
+    if c.schedule == "noam" and c.lr is not None:
+        raise ValueError(
+            f"lr: the noam schedule sets its own peak (--lr-factor); got lr={c.lr}; use "
+            "--schedule cosine or constant with --lr"
+        )
+    if c.lr is not None:
+        positive_float("lr", c.lr)
+        finite_float("min_lr", c.min_lr)
+        if not 0.0 <= c.min_lr <= c.lr:
+            raise ValueError(f"min_lr: expected a number in [0, lr={c.lr}], got {c.min_lr}")
+    if c.schedule == "cosine" and c.max_steps is None:
+        raise ValueError("schedule: cosine decays over --max-steps; give --max-steps")
+    if len(c.betas) != 2 or not all(0.0 <= finite_float("betas", b) < 1.0 for b in c.betas):
+        raise ValueError(f"betas: expected two numbers in [0, 1), got {c.betas!r}")
+    if not c.lines and c.task != "lm":
+        raise ValueError(f"lines: stream training is for the lm task, got task {c.task!r}")
+    if not c.bias and c.task != "lm":
+        raise ValueError(f"bias: --no-bias is for the lm task, got task {c.task!r}")

@@ -16,6 +16,7 @@ __all__ = [
     "DataError",
     "read_lines",
     "read_pairs",
+    "read_text",
     "read_text_lines",
     "split_heldout",
     "synthetic_pairs",
@@ -30,9 +31,9 @@ class DataError(ValueError):
     """Bad data: the message names the file (and the line when there is one)."""
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (without line ends); DataError when the file is missing,
-    unreadable, not UTF-8 (naming the line) or has no non-blank line."""
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text file exactly as written (a leading byte-order mark dropped); DataError when
+    the file is missing, unreadable, not UTF-8 (naming the line) or has no non-blank line."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -49,10 +50,14 @@ def read_lines(path: str | Path) -> list[str]:
         ) from None
     if text.startswith("\ufeff"):
         text = text[1:]
-    lines = text.splitlines()
-    if not any(s.strip() for s in lines):
+    if not text.strip():
         raise DataError(f"{path}: the file is empty (no non-blank line)")
-    return lines
+    return text
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file (without line ends); errors as :func:`read_text`."""
+    return read_text(path).splitlines()
 
 
 def read_pairs(path: str | Path) -> list[tuple[str, str]]:

@@ -19,9 +19,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnkit.train import tokenizer as tk
 from attnkit.train.batches import batch_logits, collate_lm
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import Dist
+from attnkit.train.lm_eval import stream_windows
 from attnkit.train.loss import chunked_head_loss, token_cross_entropy
 from attnkit.train.metrics import exact_match, heldout_loss, translate
 from attnkit.train.packing import PackSpec, pack_lm
@@ -124,7 +126,8 @@ def optimizer_step(
     for k, ids in enumerate(micro):
         batch = [data.examples[i] for i in ids]
         with d.sync(model, last=k == len(micro) - 1):
-            loss, n = loss_sum(model, data.kind, batch, c.label_smoothing, data.pack)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=c.bf16):
+                loss, n = loss_sum(model, data.kind, batch, c.label_smoothing, data.pack)
             loss.backward()
         loss_total, ntok = loss_total + loss.item(), ntok + n
     total, count, stops = d.all_sum([loss_total, ntok, float(time_up())])
@@ -139,9 +142,13 @@ def optimizer_step(
 
 
 def heldout_examples(data: TaskData, c: TrainConfig) -> list:
-    """The held-out examples as training sees them: (src, tgt) pairs; lm windows of
+    """The held-out examples as training sees them: (src, tgt) pairs; a stream run's held-out
+    tail in windows of ``block_size + 1`` ids (non-overlapping targets); lm windows of
     ``block_size + 1`` ids of the held-out lines joined by [EOS]; or, when the run packs, one
     sequence per held-out line (its ids + [EOS], cut at ``max_len`` as training cuts them)."""
+    if data.stream is not None:  # the held-out tail as one stream, no [EOS]
+        ids = tk.encode(data.tokenizer, data.heldout[0])
+        return [(ids[a : b + 1],) for a, b, _ in stream_windows(len(ids), c.block_size)]
     if data.kind == "lm" and data.pack is not None:
         seqs = (p for line in data.heldout for p in lm_sequences(data.tokenizer, line, c.max_len))
         return [(p,) for p in seqs if len(p) >= 2]

@@ -1,9 +1,11 @@
 """From a :class:`~attnkit.train.config.TrainConfig` to token ids: the split, the tokenizer
 trained on the training split, the training examples, and the model that fits the task.
 
-Sequence-to-sequence examples are (source ids + [EOS], [BOS] + target ids + [EOS]); lm examples
-are windows of ``block_size + 1`` ids from the training lines joined by [EOS] (stride
-``block_size // 2``).
+Sequence-to-sequence examples are (source ids + [EOS], [BOS] + target ids + [EOS]). lm examples
+(the default, stream mode, :mod:`attnkit.train.stream`) are the windows of ``block_size + 1``
+ids at every offset of the training text's token stream (:attr:`TaskData.stream`); in lines
+mode (``--lines``) windows of ``block_size + 1`` ids from the training lines joined by [EOS]
+(stride ``block_size // 2``).
 
 Packed runs (``pack``): lm examples are the training lines, each its ids + [EOS] (cut into pieces
 of at most ``max_len + 1`` ids when longer), so no sequence sees another; seq2seq examples stay
@@ -28,11 +30,13 @@ from attnkit.train.data import (
     SYNTHETIC,
     DataError,
     read_pairs,
+    read_text,
     read_text_lines,
     split_heldout,
     synthetic_split,
 )
 from attnkit.train.packing import PackSpec, default_row_length, split_long
+from attnkit.train.stream import StreamWindows, split_text
 
 __all__ = [
     "TaskData",
@@ -51,7 +55,10 @@ SAMPLE = 200
 @dataclass
 class TaskData:
     """A task ready to train: ``examples`` (lists of ids: (src, tgt) pairs or (window,)),
-    ``heldout`` and ``train_sample`` as text (pairs for seq2seq, lines for lm)."""
+    ``heldout`` and ``train_sample`` as text (pairs for seq2seq, lines for lm; a stream run:
+    one string each, the held-out tail and the training text's last part of the same length
+    (at most :data:`SAMPLE_CHARS` characters)). ``stream``: a stream run's training windows
+    (then also ``examples``), else None."""
 
     kind: str  # "seq2seq" or "lm"
     tokenizer: Tokenizer
@@ -59,6 +66,24 @@ class TaskData:
     heldout: list
     train_sample: list
     pack: PackSpec | None = None
+    stream: StreamWindows | None = None
+
+
+SAMPLE_CHARS = 100_000
+"""Characters of training text stored with a stream run's checkpoint (``--split train``)."""
+
+
+def _prepare_stream(c: TrainConfig, tokenizer: Tokenizer | None) -> TaskData:
+    """A stream run's data (see :mod:`attnkit.train.stream`)."""
+    part = split_text(read_text(c.data), c.valid_fraction)
+    tok = tokenizer or tk.train([part.train], c.tokenizer, c.vocab_size)
+    ids = np.array(tk.encode(tok, part.train), dtype=np.int64)
+    try:
+        windows = StreamWindows(ids, c.block_size)
+    except ValueError as e:
+        raise DataError(f"{c.data}: {e}") from None
+    sample = part.train[-min(len(part.valid), SAMPLE_CHARS) :]
+    return TaskData("lm", tok, windows, [part.valid], [sample], None, windows)
 
 
 def seq2seq_example(tok: Tokenizer, src: str, tgt: str) -> tuple[list[int], list[int]]:
@@ -108,6 +133,8 @@ def prepare(c: TrainConfig, tokenizer: Tokenizer | None = None) -> TaskData:
     """Read or generate the data of a resolved config, split it, train the tokenizer on the
     training split (unless ``tokenizer`` is given: a resumed run keeps its own) and encode the
     training examples. DataError for unusable data."""
+    if c.task == "lm" and not c.lines:
+        return _prepare_stream(c, tokenizer)
     if c.task in SYNTHETIC:
         train, held = synthetic_split(
             c.task, c.train_size, c.valid_size, c.vocab, c.min_length, c.length, c.seed
@@ -177,15 +204,22 @@ def model_config(c: TrainConfig, kind: str, vocab_size: int, max_len: int) -> di
         bos_id=tk.BOS,
         eos_id=tk.EOS,
     )
+    common.update(norm_first=c.norm_first, activation=c.activation)
     if kind == "lm":
-        return dict(vocab_size=vocab_size, num_layers=c.layers, window=c.window, **common)
+        return dict(
+            vocab_size=vocab_size,
+            num_layers=c.layers,
+            window=c.window,
+            tie_embeddings=c.tie_embeddings,
+            bias=c.bias,
+            **common,
+        )
     return dict(
         src_vocab_size=vocab_size,
         tgt_vocab_size=vocab_size,
         num_encoder_layers=c.layers,
         num_decoder_layers=c.layers,
-        tie_embeddings="all",
-        norm_first=True,
+        tie_embeddings="all" if c.tie_embeddings else "none",
         **common,
     )
 

@@ -3,8 +3,10 @@ checkpoint as ``tokenizer.json``.
 
 Kinds: ``word`` (word level; lower-cased words and punctuation for text, the symbols themselves
 for the synthetic tasks), ``char`` (one token per character) and ``bpe`` (byte-level BPE, which
-decodes back to the exact text). The special tokens come first, with fixed ids:
-``[PAD]`` = 0, ``[BOS]`` = 1, ``[EOS]`` = 2, ``[UNK]`` = 3.
+decodes back to the exact text). Every kind keeps a newline as a token of its own (a language
+model trained on a stream writes several lines); word-level output is detokenised (no space
+before punctuation or around a newline: :func:`detokenize`). The special tokens come first,
+with fixed ids: ``[PAD]`` = 0, ``[BOS]`` = 1, ``[EOS]`` = 2, ``[UNK]`` = 3.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = [
     "SPECIALS",
     "UNK",
     "decode",
+    "detokenize",
     "encode",
     "load",
     "train",
@@ -31,6 +34,10 @@ __all__ = [
 KINDS = ("word", "char", "bpe")
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
 PAD, BOS, EOS, UNK = range(4)
+WORDS = Regex(r"\n|\w+|[^\w\s]+")
+"""Word-level pieces: a newline, a run of word characters, or a run of punctuation
+(``pre_tokenizers.Whitespace``'s pattern plus the newline)."""
+_OPENING = ("(", "[", "{", "'", "\n")
 
 
 def train(
@@ -52,7 +59,7 @@ def train(
         )
     elif kind == "char":
         tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-        tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         tok.decoder = decoders.Fuse()
         trainer = trainers.WordLevelTrainer(special_tokens=SPECIALS, show_progress=False)
     elif kind == "word":
@@ -61,7 +68,7 @@ def train(
             tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         else:
             tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
-            tok.pre_tokenizer = pre_tokenizers.Whitespace()
+            tok.pre_tokenizer = pre_tokenizers.Split(WORDS, behavior="removed", invert=True)
         trainer = trainers.WordLevelTrainer(special_tokens=SPECIALS, show_progress=False)
     else:
         raise ValueError(f"tokenizer: expected one of {KINDS}, got {kind!r}")
@@ -94,7 +101,31 @@ def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
             break
         if i not in (PAD, BOS):
             keep.append(i)
-    return tok.decode(keep, skip_special_tokens=False).strip()
+    if _is_word_text(tok):
+        return detokenize([tok.id_to_token(i) or "[UNK]" for i in keep]).strip(" ")
+    return tok.decode(keep, skip_special_tokens=False).strip(" ")
+
+
+def _is_word_text(tok: Tokenizer) -> bool:
+    """A word-level tokenizer of text (not of the synthetic tasks' symbols, nor char-level)."""
+    return isinstance(tok.model, models.WordLevel) and tok.normalizer is not None
+
+
+def detokenize(tokens: list[str]) -> str:
+    """Word-level tokens joined as text: a space between two tokens, except before a token
+    that starts with punctuation other than an opening bracket, after an opening bracket or an
+    apostrophe, and on either side of a newline. ``["hi", ",", "king", "'", "s", "\\n", "x"]``
+    -> ``"hi, king's\\nx"``."""
+    out: list[str] = []
+    for t in tokens:
+        glue = (
+            not out
+            or t == "\n"
+            or out[-1].endswith(_OPENING)
+            or (not t[0].isalnum() and t[0] != "_" and t[0] not in '([{"')
+        )
+        out.append(t if glue else " " + t)
+    return "".join(out)
 
 
 def unknown_words(tok: Tokenizer, text: str) -> list[str]:

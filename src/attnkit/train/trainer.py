@@ -37,10 +37,12 @@ from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
 from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
 from attnkit.train.interrupt import Interrupt
+from attnkit.train.optim import build_optimizer, recipe_summary, schedule_of
+from attnkit.train.precision import require_native_bf16
 from attnkit.train.progress import Progress, Reporter
-from attnkit.train.schedule import noam_lr
 from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state
 from attnkit.train.steps import evaluate, heldout_examples, optimizer_step, training_module
+from attnkit.train.stream import EPOCH_BATCHES, stream_batches
 from attnkit.train.tasks import TaskData, build_model, model_config, prepare
 
 __all__ = ["TrainingInterrupted", "train"]
@@ -90,7 +92,13 @@ class _Start:
 
 def _plan(c: TrainConfig, d: Dist, data: TaskData, lengths: np.ndarray, epoch: int) -> list:
     """This rank's micro-batches of ``epoch``, ``c.accumulate`` per step (a pure function)."""
-    batches = epoch_batches(lengths, c.batch_size, c.seed, epoch, data.pack)
+    if data.stream is not None:  # random windows of the stream (attnkit.train.stream)
+        per_step = d.world_size * c.accumulate
+        batches = stream_batches(
+            len(data.stream), c.batch_size, c.seed, epoch, EPOCH_BATCHES * per_step
+        )
+    else:
+        batches = epoch_batches(lengths, c.batch_size, c.seed, epoch, data.pack)
     plan = shard(batches, d.world_size, d.rank, c.accumulate)
     if not plan:
         raise ValueError(
@@ -115,11 +123,17 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
             )
     if d.is_main:
         _check_out(out, None if loaded is None else loaded.path)
+    if c.bf16:
+        require_native_bf16()
     if c.threads is not None:
         torch.set_num_threads(c.threads)
     data = prepare(c, None if loaded is None else loaded.tokenizer)
     digest = None if c.data is None else hashlib.sha256(Path(c.data).read_bytes()).hexdigest()
-    longest = max(len(x) for e in data.examples for x in e)
+    if data.stream is not None:
+        longest, lengths = c.block_size + 1, np.zeros(0, dtype=np.int64)
+    else:
+        longest = max(len(x) for e in data.examples for x in e)
+        lengths = np.array([sum(len(x) for x in e) for e in data.examples])
     if loaded is None:
         mcfg = model_config(c, data.kind, data.tokenizer.get_vocab_size(), max(256, longest + 2))
         torch.manual_seed(c.seed)
@@ -127,10 +141,7 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
     else:
         mcfg, model = loaded.model_config, loaded.model
     model.train()
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=c.weight_decay
-    )
-    lengths = np.array([sum(len(x) for x in e) for e in data.examples])
+    opt = build_optimizer(model, c)
     s = _Start(data, model, mcfg, opt, digest, lengths, [], loaded)
     if loaded is not None:
         s.tensors, s.state = loaded.state()
@@ -219,6 +230,7 @@ def _train(
             echo(note)
     data, opt, per_step = s.data, s.opt, d.world_size * c.accumulate
     step, epoch, index, tokens, plan = s.step, s.epoch, s.index, s.tokens, s.plan
+    lr_at = schedule_of(c)
     held = heldout_examples(data, c) if d.is_main else []
     best = Best.from_dict(s.state.get("best"), c.best_metric)
 
@@ -234,11 +246,7 @@ def _train(
             "accumulate": c.accumulate,
             "optimizer": opt_meta,
             "rng": rng_meta,
-            "schedule": {
-                "kind": "noam",
-                "step": step,
-                "lr": noam_lr(max(step, 1), c.d_model, c.warmup, c.lr_factor),
-            },
+            "schedule": {"kind": c.schedule, "step": step, "lr": lr_at(max(step, 1))},
             "best": best.to_dict(),
         }
         return (
@@ -298,13 +306,18 @@ def _train(
     n_params = sum(p.numel() for p in s.model.parameters())
     procs = "" if not d.enabled else f", {d.world_size} processes"
     packed = "" if data.pack is None else f"; packed rows of {data.pack.max_len} tokens"
+    if data.stream is not None:
+        packed = f"; one stream of {len(data.stream.ids):,} tokens, windows of {c.block_size}"
+    held_out = f"{len(data.heldout)} held out"
+    if data.stream is not None:
+        held_out = f"the last {len(data.heldout[0]):,} characters held out"
     source = "" if s.loaded is None else f" from {s.loaded.describe()}"
     echo(
-        f"{'resuming' if s.loaded else 'training'} {c.task}{source}: {len(data.examples)} "
-        f"training examples, {len(data.heldout)} held out, vocabulary "
-        f"{data.tokenizer.get_vocab_size()}, {n_params:,} parameters{procs}{packed}; step "
-        f"{step}; writing to {out}"
+        f"{'resuming' if s.loaded else 'training'} {c.task}{source}: {len(data.examples):,} "
+        f"training examples, {held_out}, vocabulary {data.tokenizer.get_vocab_size()}, "
+        f"{n_params:,} parameters{procs}{packed}; step {step}; writing to {out}"
     )
+    echo(recipe_summary(c))
     first, first_tokens, t0, saved = step, tokens, time.monotonic(), None
     stepping = 0.0  # seconds inside optimiser steps (no evaluation, no saving)
     stop_reason: str | None = None
@@ -323,7 +336,7 @@ def _train(
                     plan = _plan(c, d, data, s.lengths, epoch)
                 micro = plan[index // per_step]
                 index, step = index + per_step, step + 1
-                lr = noam_lr(step, c.d_model, c.warmup, c.lr_factor)
+                lr = lr_at(step)
                 for g in opt.param_groups:
                     g["lr"] = lr
                 t_step = time.monotonic()
