@@ -159,3 +159,17 @@ def test_claim_refuses_what_is_not_a_module():
     c.claim(mha)
     with pytest.raises(ValueError, match="belongs to another attention module"):
         c.claim(MultiHeadAttention(8, 2, batch_first=True))
+
+
+def test_bounds_of_an_empty_cache_are_zero_and_finite():
+    """A cache with no rows (a window cropped to nothing) has max|k| 0 and is finite; appending
+    rows then gives exactly the bounds of those rows."""
+    from attnkit.kernels.kv_bounds import RowBounds
+
+    empty = torch.zeros(2, 3, 0, 4)
+    b = RowBounds.of(empty, empty)
+    assert b.k_max.tolist() == [0.0, 0.0] and b.finite.tolist() == [True, True]
+    k = torch.tensor([[[[1.0, -7.0]]], [[[2.5, float("inf")]]]])
+    grown = b.extend(k, torch.ones_like(k))
+    assert grown.k_max.tolist() == [7.0, float("inf")]
+    assert grown.finite.tolist() == [True, False]

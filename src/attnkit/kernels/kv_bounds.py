@@ -46,6 +46,9 @@ class RowBounds:
     def of(cls, k: Tensor, v: Tensor) -> RowBounds:
         """The bounds of k (B, G, L, dk) and v (B, G, L, dv), one pass over each."""
         k, v = k.detach(), v.detach()
+        if k.numel() == 0:  # no rows yet (an empty cache, or a window cropped to nothing)
+            zeros = torch.zeros(k.shape[0], dtype=torch.float64, device=k.device)
+            return cls(zeros, torch.ones(k.shape[0], dtype=torch.bool, device=k.device))
         k_max = k.abs().amax(dim=(1, 2, 3)).double()  # amax propagates NaN
         finite = torch.isfinite(k_max) & torch.isfinite(v).flatten(1).all(1)
         return cls(k_max, finite)
