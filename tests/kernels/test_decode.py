@@ -227,18 +227,16 @@ LONG = max(DECODE_MIN_KV, DECODE_MIN_BYTES // (8 * 128 * 4)) + 1
 def test_dispatch_picks_decode_for_decode_shapes_and_names_it():
     q, k, v = _qkv((1, 8), 1, LONG, d=64, dv=64, seed=13)
     with torch.no_grad():
-        d = F.explain_dispatch(q, k, v, M.sliding_window(256, 0, "bottom_right"))
+        d = F.explain_dispatch(q, k, v, M.causal("bottom_right"))
     assert d.chosen == "decode"
     assert "decode" in str(d)
     causal = M.causal("bottom_right")
-    window = M.sliding_window(256, 0, "bottom_right")
-    small = F.explain_dispatch(q[:, :1], k[:, :1], v[:, :1], window)  # one head: too few bytes
+    small = F.explain_dispatch(q[:, :1], k[:, :1], v[:, :1], causal)  # one head: too few bytes
     assert small.chosen != "decode"
     assert any("MiB" in w for w in small.reasons["decode"]), small.reasons
-    for every_key in (None, causal):  # ungrouped, every key visible: SDPA's one fused call
-        plain = F.explain_dispatch(q, k, v, every_key)
-        assert plain.chosen == "dense"
-        assert any("SDPA" in w for w in plain.reasons["decode"]), plain.reasons
+    plain = F.explain_dispatch(q, k, v)  # ungrouped, no mask: SDPA's one fused call
+    assert plain.chosen == "dense"
+    assert any("SDPA" in w for w in plain.reasons["decode"]), plain.reasons
 
 
 def test_dispatch_reasons_for_what_decode_declines():

@@ -15,9 +15,8 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 
 ``backend="auto"`` takes it for grouped k/v heads or a mask, from DECODE_MIN_KV cached keys
 holding DECODE_MIN_BYTES of k and v: below that, SDPA's lower fixed cost per call wins; an
-ungrouped call whose mask lets every row see every key (none, or bottom-right causal with
-one query row) stays on SDPA, whose one fused call measured faster than this backend's three
-torch calls on a 2-core EPYC (0.47-0.81x at Lk 2k-32k). The overflow policy is checked inside the
+ungrouped call without a mask stays on SDPA, whose one fused call measured faster than this
+backend's three torch calls on a 2-core EPYC (0.47-0.81x at Lk 2k-32k). The overflow policy is checked inside the
 step (:mod:`.kernel`); a step whose scores or output break it is redone by ``dense`` under the
 full policy (float64 when P5 asks, P6 for NaN and inf), so the result always follows
 :mod:`attnkit.kernels.numerics`.
@@ -32,9 +31,7 @@ from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.decode.kernel import attend
-from attnkit.kernels.decode.keys import key_range
 from attnkit.kernels.dense import DenseBackend
-from attnkit.masks.band import Band
 
 __all__ = ["DECODE_MAX_Q", "DECODE_MIN_BYTES", "DECODE_MIN_KV", "DecodeBackend"]
 
@@ -76,10 +73,10 @@ class DecodeBackend(Backend):
         return r
 
     def speed_reasons(self, call: AttentionCall) -> list[str]:
-        if not call.grouped and _sees_every_key(call):
+        if not call.grouped and call.mask is None:
             return [
-                "one key/value head per query head and every key visible: SDPA's single fused "
-                "call measured faster (bench rows decode-2k, decode-8k, decode-32k)"
+                "one key/value head per query head and no mask: SDPA's single fused call "
+                "measured faster (bench rows decode-2k, decode-8k, decode-32k)"
             ]
         if call.kv_len < DECODE_MIN_KV:
             return [f"Lk = {call.kv_len} < {DECODE_MIN_KV} cached keys: SDPA is faster there"]
@@ -99,16 +96,3 @@ class DecodeBackend(Backend):
 
 
 _EXACT = DenseBackend()
-
-
-def _sees_every_key(call: AttentionCall) -> bool:
-    """True when the mask (none, or a band such as bottom-right causal with one query row)
-    lets every query row see every key: decode then has no keys to skip. Structural only (no
-    mask data is read), so the choice can be remembered per call signature."""
-    if call.mask is None:
-        return True
-    band = call.mask.as_band()
-    if not isinstance(band, Band):
-        return False
-    keys = key_range(band, call.q_len, call.kv_len)
-    return keys.full and keys.start == 0 and keys.stop == call.kv_len
