@@ -13,10 +13,8 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 - no gradients: decoding is inference. A call whose inputs require grad goes to ``dense`` (the
   dispatcher's reason says so), as do ``return_weights`` and dropout.
 
-``backend="auto"`` takes it for grouped k/v heads or a mask, from DECODE_MIN_KV cached keys
-holding DECODE_MIN_BYTES of k and v: below that, SDPA's lower fixed cost per call wins; an
-ungrouped call without a mask stays on SDPA, whose one fused call measured faster than this
-backend's three torch calls on a 2-core EPYC (0.47-0.81x at Lk 2k-32k). The overflow policy is checked inside the
+``backend="auto"`` takes it from DECODE_MIN_KV cached keys holding DECODE_MIN_BYTES of k and v:
+below that, SDPA's lower fixed cost per call wins. The overflow policy is checked inside the
 step (:mod:`.kernel`); a step whose scores or output break it is redone by ``dense`` under the
 full policy (float64 when P5 asks, P6 for NaN and inf), so the result always follows
 :mod:`attnkit.kernels.numerics`.
@@ -73,11 +71,6 @@ class DecodeBackend(Backend):
         return r
 
     def speed_reasons(self, call: AttentionCall) -> list[str]:
-        if not call.grouped and call.mask is None:
-            return [
-                "one key/value head per query head and no mask: SDPA's single fused call "
-                "measured faster (bench rows decode-2k, decode-8k, decode-32k)"
-            ]
         if call.kv_len < DECODE_MIN_KV:
             return [f"Lk = {call.kv_len} < {DECODE_MIN_KV} cached keys: SDPA is faster there"]
         size = (call.k.numel() + call.v.numel()) * call.k.element_size()
