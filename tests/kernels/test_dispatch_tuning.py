@@ -36,14 +36,14 @@ def _qkv(b, h, lq, d=32, lk=None, seed=0):
 
 def test_min_empty_decides_and_is_cited():
     """A window leaving about two thirds of the 128x64 blocks empty: blocksparse under the
-    built-in 0.5, dense under a measured 0.8, whose reason quotes the constant and its source;
-    a window leaving a third empty: dense under the built-in value, blocksparse under 0.2."""
+    built-in 0.25, dense under a measured 0.8, whose reason quotes the constant and its source;
+    a window leaving a third empty: blocksparse under the built-in value, dense under 0.4."""
     q, k, v = _qkv(1, 2, 1024)
     mask = M.sliding_window(150)
     d = F.explain_dispatch(q, k, v, mask)
     assert d.chosen == "blocksparse"
     (note,) = d.notes
-    assert "(>= 50%), by blocksparse_min_empty = 0.5 (built-in default)" in note, note
+    assert "(>= 25%), by blocksparse_min_empty = 0.25 (built-in default)" in note, note
     assert f"  blocksparse: chosen: {note}" in str(d).splitlines()
     with use(_measured(blocksparse_min_empty=0.8)):
         d = F.explain_dispatch(q, k, v, mask)
@@ -54,9 +54,9 @@ def test_min_empty_decides_and_is_cited():
     assert "measured by attnkit tune on 2026-01-02" in why, why
     assert F.explain_dispatch(q, k, v, mask).chosen == "blocksparse"  # restored
     wide = M.sliding_window(300)
-    assert F.explain_dispatch(q, k, v, wide).chosen == "dense"
-    with use(_measured(blocksparse_min_empty=0.2)):
-        assert F.explain_dispatch(q, k, v, wide).chosen == "blocksparse"
+    assert F.explain_dispatch(q, k, v, wide).chosen == "blocksparse"
+    with use(_measured(blocksparse_min_empty=0.4)):
+        assert F.explain_dispatch(q, k, v, wide).chosen == "dense"
 
 
 def test_element_call_entries_decides_and_is_cited():

@@ -57,7 +57,7 @@ class Tuning:
     (ISO date, UTC), None for the built-in defaults."""
 
     blocksparse_min_empty: float = field(
-        default=0.5,
+        default=0.25,
         metadata=_doc(
             "least fraction of empty blocks for auto to prefer blocksparse over dense", 0.0, 1.0
         ),

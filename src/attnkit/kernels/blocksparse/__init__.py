@@ -71,16 +71,16 @@ __all__ = [
 ]
 
 MIN_EMPTY = DEFAULT.blocksparse_min_empty
-"""Built-in default (0.5) of the least fraction of empty blocks for ``auto`` dispatch to choose
+"""Built-in default (0.25) of the least fraction of empty blocks for ``auto`` dispatch to choose
 this backend (the value in use: ``tuning.current().blocksparse_min_empty``, measured on the
-user's machine by ``attnkit tune``). Between 20% and 50% the winner depends on the machine:
-on the project's 2-core AVX-512 Xeon (one thread; fp32, B=2, H=8, d=64, L=2048, against the
-dense backend with the materialised mask) equal speed at about 10% empty blocks, 1.1-1.5x at
-20-25%, 1.6-1.8x at 40%, 2.3-3.3x at 60%; on a shared 2-core AMD EPYC (Zen 5; B=1-2, H=8, d=64,
-L=2048, forward) 1.3-2.0x at 38-45% with one thread, but 0.53-0.84x with two threads (a
-window leaving 39% empty, prefix-LM 45%, key padding 38%), about even at 56% and 1.75-3x at
-70-82%. Below one half the dense backend, which never loses more than the skipped share,
-is the choice that loses least where nothing was measured."""
+user's machine by ``attnkit tune``). Measured against the dense backend with the materialised
+mask (fp32, H=8, d=64, L=2048): on the project's 2-core AVX-512 Xeon (one thread) equal speed at
+about 10% empty blocks, 1.1-1.5x at 20-25%, 1.6-1.8x at 40%, 2.3-3.3x at 60%; on a quiet 2-core
+AMD EPYC (Zen 5, two threads; ``attnkit tune`` and the dispatch bench rows) 1.51x at 31%, 1.70x
+at 47%, 1.95x for a 700-wide window and 1.74x for prefix-LM 512. On that EPYC under a load of
+13-18 (other jobs on both cores) blocksparse lost at 38-45% (0.53-0.84x): timings under load
+measure the load, so the default follows the quiet measurements of both machines, a little
+above the Xeon's crossover."""
 
 DROPOUT_MIN_EMPTY = DEFAULT.blocksparse_dropout_min_empty
 """Built-in default of the same with dropout (explicit tiles,
