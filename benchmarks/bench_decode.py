@@ -32,6 +32,7 @@ from common import chosen_backend, main, max_rel_err, row, sdpa_pair_times
 
 from attnkit import functional
 from attnkit import masks as M
+from attnkit.cpu import native_bf16
 from attnkit.nn import KVCache, MultiHeadAttention
 
 D = 64
@@ -49,15 +50,6 @@ def bandwidth_gb_s(reps: int = 5) -> float:
         dst.copy_(src)
         best = min(best, time.perf_counter() - t0)
     return 2 * COPY_BYTES / best / 1e9
-
-
-def native_bf16() -> bool:
-    """True when the CPU has bf16 arithmetic instructions (/proc/cpuinfo flags)."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16", "bf16"))
 
 
 def _decode_row(lk: int, batch=1, heads=8, kv_heads=8, dtype=torch.float32, quick=False) -> dict:

@@ -13,7 +13,6 @@ import argparse
 import os
 import platform
 import sys
-from pathlib import Path
 from typing import Any
 
 from attnkit.cli.common import console, print_json
@@ -31,7 +30,6 @@ SCHEMA = "attnkit.info/1"
 # /proc/cpuinfo flags worth showing (x86 names; aarch64 lists "asimd", "sve", "bf16", ...)
 _FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
           "amx_bf16", "amx_int8", "asimd", "sve", "bf16")  # fmt: skip
-_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,28 +65,12 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpuinfo() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
-    fields: dict[str, str] = {}
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return fields
-    for line in text.splitlines():
-        if not line.strip():
-            if fields:
-                break
-            continue
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    return fields
-
-
 def _cpu() -> dict[str, Any]:
     import torch
 
-    fields = _cpuinfo()
-    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    from attnkit.cpu import cpu_flags, cpuinfo, native_bf16
+
+    fields, flags = cpuinfo(), cpu_flags()
     model = fields.get("model name") or fields.get("Model") or platform.processor() or None
     return {
         "model": model,
@@ -96,7 +78,7 @@ def _cpu() -> dict[str, Any]:
         "torch_capability": torch.backends.cpu.get_cpu_capability(),
         "flags": [f for f in _FLAGS if f in flags],
         "amx": "amx_tile" in flags,
-        "native_bf16": any(f in flags for f in _BF16_FLAGS) if flags else None,
+        "native_bf16": native_bf16(),
     }
 
 

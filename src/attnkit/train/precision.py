@@ -4,30 +4,14 @@ Arm bf16). Elsewhere bf16 matmuls are emulated and slower than float32."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
+from attnkit.cpu import native_bf16
 
-__all__ = ["BF16_FLAGS", "native_bf16", "require_native_bf16"]
-
-BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
-
-
-@cache
-def native_bf16() -> bool:
-    """True when /proc/cpuinfo lists a native-bf16 flag (False where it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return any(f in value.split() for f in BF16_FLAGS)
-    return False
+__all__ = ["require_native_bf16"]
 
 
 def require_native_bf16() -> None:
-    """ValueError naming ``bf16`` when this CPU has no native bf16."""
+    """ValueError naming ``bf16`` when this CPU has no native bf16 (:func:`attnkit.cpu.native_bf16`;
+    unknown counts as no)."""
     if not native_bf16():
         raise ValueError(
             "bf16: this CPU has no native bfloat16 (no avx512_bf16, amx_bf16 or bf16 flag in "
