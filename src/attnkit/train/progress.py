@@ -16,11 +16,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from attnkit.files import write_atomic
 
 __all__ = ["CSV_COLUMNS", "JsonLog", "Progress", "Reporter", "clock"]
 
@@ -139,9 +140,8 @@ def _truncate(path: Path, keep: Callable[[str], bool], header: int = 0) -> None:
         return
     lines = path.read_text(encoding="utf-8").splitlines()
     kept = lines[:header] + [s for s in lines[header:] if s and keep(s)]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(s + "\n" for s in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    data = "".join(s + "\n" for s in kept).encode("utf-8")
+    write_atomic(path, lambda f: f.write(data))
 
 
 class JsonLog:
