@@ -287,3 +287,22 @@ def test_random_decode_calls_match_the_reference(b, g, rep, lq, lk, left, pad, s
     with torch.no_grad():
         out = F.grouped_query_attention(q, k, v, spec.mask, backend="decode")
     _close(out, _ref(q, k, v, S.ref_mask(spec, (b, h), lq, lk)))
+
+
+def test_softcap_and_sinks_go_to_a_backend_that_applies_them():
+    """decode applies neither: auto sends such a decode step elsewhere, with the reason, and
+    the output matches the float64 reference of sinks and softcapping."""
+    from attnkit.reference import scaled_dot_product_sinks
+
+    q, k, v = _qkv((1, 8), 1, LONG, d=64, dv=64, seed=21)
+    sinks = torch.randn(8)
+    for opts, word in (({"softcap": 30.0}, "softcapping"), ({"sinks": sinks}, "sink")):
+        d = F.explain_dispatch(q, k, v, **opts)
+        assert d.chosen != "decode"
+        assert any(word in w for w in d.reasons["decode"]), d.reasons
+    got = F.scaled_dot_product_attention(q, k, v, softcap=30.0, sinks=sinks)
+    ref = scaled_dot_product_sinks(
+        q.double().numpy(), k.double().numpy(), v.double().numpy(), softcap=30.0,
+        sinks=sinks.double().numpy(),
+    ).output  # fmt: skip
+    torch.testing.assert_close(got.double(), torch.from_numpy(ref), atol=1e-5, rtol=1e-5)

@@ -46,9 +46,6 @@ measured on a 2-core AVX-512 EPYC (q (1, 8, 1, 64): decode ahead from Lk = 512, 
 (1, 2, 4, 32): SDPA ahead up to Lk = 2048, 1 MiB). Named constants for the measured dispatch
 tuning to replace."""
 
-_UNSUPPORTED_OPTIONS = ("softcap", "sinks")
-"""Call options (of newer attention calls) this backend does not implement."""
-
 
 class DecodeBackend(Backend):
     name = "decode"
@@ -63,9 +60,6 @@ class DecodeBackend(Backend):
         r = []
         if call.q_len > DECODE_MAX_Q:
             r.append(f"Lq = {call.q_len} query rows: decode serves at most {DECODE_MAX_Q}")
-        for opt in _UNSUPPORTED_OPTIONS:
-            if getattr(call, opt, None) is not None:
-                r.append(f"no {opt}")
         if call.k.shape[-1] != call.q.shape[-1]:
             r.append("k and q have different widths")
         return r
