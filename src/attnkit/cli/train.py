@@ -176,6 +176,8 @@ OPTIONS: dict[str, tuple[str, dict]] = {
                help="lm: biases in Linear and LayerNorm (default: on)")),
     "--activation": ("activation", dict(choices=("gelu", "relu"),
                      help="feed-forward activation (lm gelu, others relu)")),
+    "--positions": ("positions", dict(choices=("sinusoidal", "learned"), help="lm: "
+                    "sinusoidal (x sqrt(d_model), default) or learned (GPT-2, --block-size rows)")),
     "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast "
                "(only on CPUs with native bf16: AVX512-BF16, AMX or Arm bf16)")),
 }  # fmt: skip

@@ -1,6 +1,8 @@
-"""A decoder-only Transformer language model: token embeddings × sqrt(d_model) + sinusoidal
-positions, a stack of self-attention layers under a causal mask (the encoder layers of
-:mod:`attnkit.nn.transformer`, which also take a KV cache here), and a linear generator.
+"""A decoder-only Transformer language model: token embeddings with positions
+(:mod:`attnkit.models.lm_positions`: × sqrt(d_model) + sinusoidal, or GPT-2's learned table), a
+stack of self-attention layers under a causal mask (:class:`~attnkit.models.lm_layers.CausalLayer`,
+the encoder layers of :mod:`attnkit.nn.transformer` that also take a KV cache), and a linear
+generator.
 
 Shape legend
 ------------
@@ -18,27 +20,18 @@ cached decoding (whose caches then keep only the last ``window`` keys).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from attnkit import checks
 from attnkit.checks import positive_int
 from attnkit.masks import Mask, causal, document, from_key_padding_mask, sliding_window
 from attnkit.models.decoding import beam_search, greedy_search
-from attnkit.models.packed import (
-    check_ids,
-    embed_at,
-    positions_from_docs,
-    set_attention_dropout,
-)
-from attnkit.nn.attention_fn import default_attention
-from attnkit.nn.cache import KVCache
-from attnkit.nn.positional import SinusoidalPositionalEncoding
-from attnkit.nn.transformer import TransformerEncoderLayer
+from attnkit.models.lm_layers import CausalLayer, LMCache, float32_attention
+from attnkit.models.lm_positions import LEARNED_STD, POSITIONS, LMPositions
+from attnkit.models.packed import check_ids, positions_from_docs, set_attention_dropout
 
 __all__ = [
     "CausalLayer",
@@ -57,7 +50,8 @@ class LMConfig:
     Attributes:
         vocab_size: V. d_model: E. nhead: heads (divides d_model).
         num_layers, dim_feedforward: stack sizes. dropout: in [0, 1).
-        max_len: positions of the sinusoidal table built up front (it extends itself).
+        max_len: positions: of the sinusoidal table built up front (it extends itself); of
+            the learned table (the most a sequence may have).
         pad_id, bos_id, eos_id: special ids in [0, V); pad differs from bos and eos.
         norm_first: pre-norm layers (then a final LayerNorm before the generator).
         activation: "relu" or "gelu". tie_embeddings: the generator reuses the embedding matrix.
@@ -65,6 +59,9 @@ class LMConfig:
             each token sees itself and the W tokens before it (``sliding_window(W, 0)``).
         attention_dropout: dropout on the attention weights (None: ``dropout``).
         bias: biases in every Linear and LayerNorm (False: none, as nanoGPT's ``bias=False``).
+        positions: "sinusoidal" (embeddings × sqrt(d_model) + the fixed table) or "learned"
+            (GPT-2 / nanoGPT: embeddings unscaled, initialised N(0, 0.02), + a learned
+            (max_len, E) table); see :mod:`attnkit.models.lm_positions`.
     """
 
     vocab_size: int
@@ -84,6 +81,7 @@ class LMConfig:
     window: int | None = None
     attention_dropout: float | None = None
     bias: bool = True
+    positions: str = "sinusoidal"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len"):
@@ -110,90 +108,7 @@ class LMConfig:
             raise ValueError(f"activation: expected 'relu' or 'gelu', got {self.activation!r}")
         for name in ("norm_first", "tie_embeddings", "bias"):
             checks.flag(name, getattr(self, name))
-
-
-def float32_attention(q: Tensor, k: Tensor, v: Tensor, mask=None, **kw):
-    """The LM's ``attention_fn`` (:data:`attnkit.nn.attention_fn.AttentionFn`): the default
-    attention, but bfloat16/float16 CPU inputs (bf16 autocast, ``--bf16``) are attended in
-    float32 and the output cast back. PyTorch's fused CPU attention is far slower in bf16 at
-    language-model lengths (fwd + bwd, B 12, 4 heads, L 64, d 32, one thread: 43 ms in bf16,
-    1.6 ms in float32), while the projections around it gain from bf16."""
-    low = q.dtype in (torch.bfloat16, torch.float16) and q.device.type == "cpu"
-    if not low:
-        return default_attention(q, k, v, mask, **kw)
-    with torch.autocast("cpu", enabled=False):
-        out, w = default_attention(q.float(), k.float(), v.float(), mask, **kw)
-    return out.to(q.dtype), (None if w is None else w.to(q.dtype))
-
-
-class CausalLayer(TransformerEncoderLayer):
-    """An encoder layer (self-attention + feed-forward) whose forward also takes a
-    self-attention :class:`~attnkit.nn.cache.KVCache`: with one, ``src`` holds only the new
-    tokens, their keys/values are appended, and ``mask`` covers (L, L_all)."""
-
-    def forward(self, src: Tensor, mask=None, cache: KVCache | None = None) -> Tensor:
-        """src (B, L, E) -> (B, L, E); mask True = may attend."""
-        if cache is None:
-            return super().forward(src, mask)
-        x = src
-        if self.norm_first:
-            x = x + self._cached_sa(self.norm1(x), mask, cache)
-            x = x + self.dropout2(self._ff_block(self.norm2(x)))
-        else:
-            x = self.norm1(x + self._cached_sa(x, mask, cache))
-            x = self.norm2(x + self.dropout2(self._ff_block(x)))
-        return x
-
-    def _cached_sa(self, x: Tensor, mask, cache: KVCache) -> Tensor:
-        return self.dropout1(self.self_attn(x, mask=mask, cache=cache)[0])
-
-    def checkpointed(self, src: Tensor, mask=None) -> Tensor:
-        """``forward(src, mask)`` (B, L, E) -> (B, L, E) with each sub-block (self-attention,
-        feed-forward) under ``torch.utils.checkpoint`` (non-reentrant, RNG state preserved):
-        only the two sub-blocks' inputs are kept for the backward pass, which recomputes one
-        sub-block at a time."""
-        x = self.check_inputs(src, mask)
-        if self.norm_first:
-            x = x + checkpoint(self._pre_attention, x, mask, use_reentrant=False)
-            return x + checkpoint(self._pre_feed_forward, x, use_reentrant=False)
-        x = checkpoint(self._post_attention, x, mask, use_reentrant=False)
-        return checkpoint(self._post_feed_forward, x, use_reentrant=False)
-
-    def _pre_attention(self, x: Tensor, mask) -> Tensor:
-        return self._sa_block(self.norm1(x), mask, False)[0]
-
-    def _pre_feed_forward(self, x: Tensor) -> Tensor:
-        return self.dropout2(self._ff_block(self.norm2(x)))
-
-    def _post_attention(self, x: Tensor, mask) -> Tensor:
-        return self.norm1(x + self._sa_block(x, mask, False)[0])
-
-    def _post_feed_forward(self, x: Tensor) -> Tensor:
-        return self.norm2(x + self.dropout2(self._ff_block(x)))
-
-
-class LMCache:
-    """One self-attention :class:`~attnkit.nn.cache.KVCache` per layer of a TransformerLM."""
-
-    def __init__(self, layers: list[KVCache]) -> None:
-        self.layers = layers
-
-    @property
-    def length(self) -> int:
-        """Number of positions processed so far."""
-        return self.layers[0].seen
-
-    def reorder(self, index: Tensor) -> None:
-        """Select batch rows of every layer's cache; index (B',)."""
-        for c in self.layers:
-            c.reorder(index)
-
-    def keep_last(self, n: int) -> None:
-        """Drop all but the last ``n`` cached keys and values of every layer (a local-causal
-        model with window n never reads older ones; :attr:`length` is unchanged)."""
-        for c in self.layers:
-            if c.k is not None and c.k.shape[-2] > n:
-                c.k, c.v = c.k[..., c.k.shape[-2] - n :, :], c.v[..., c.v.shape[-2] - n :, :]
+        checks.choice("positions", self.positions, POSITIONS)
 
 
 class TransformerLM(nn.Module):
@@ -212,7 +127,7 @@ class TransformerLM(nn.Module):
             raise TypeError(f"config: expected an LMConfig, got {type(config).__name__}")
         c = self.config = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
-        self.positional = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
+        self.positional = LMPositions(c.positions, c.max_len, c.d_model, c.dropout)
         self.layers = nn.ModuleList(
             CausalLayer(
                 c.d_model,
@@ -238,7 +153,8 @@ class TransformerLM(nn.Module):
         training option, not part of the config: see :meth:`hidden`)."""
         set_attention_dropout(self, c.attention_dropout)
         with torch.no_grad():
-            nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
+            std = LEARNED_STD if c.positions == "learned" else c.d_model**-0.5
+            nn.init.normal_(self.embed.weight, std=std)
             self.embed.weight[c.pad_id].zero_()
         if c.tie_embeddings:
             self.generator.weight = self.embed.weight
@@ -294,8 +210,13 @@ class TransformerLM(nn.Module):
             doc_ids = check_ids("doc_ids", doc_ids, tokens, "tokens")
         if position_ids is not None:
             position_ids = check_ids("position_ids", position_ids, tokens, "tokens")
+            end = int(position_ids.max()) + 1
+            self.positional.check_fits("position_ids", end, f"position id {end - 1}")
         elif doc_ids is not None:
             position_ids = positions_from_docs(doc_ids)
+        else:
+            n = tokens.shape[1]
+            self.positional.check_fits("tokens", n, f"a sequence of {n} tokens")
         pad = tokens == self.config.pad_id
         if doc_ids is not None:
             mask = document(doc_ids) & self._causal()
@@ -303,12 +224,7 @@ class TransformerLM(nn.Module):
             mask = (
                 self._causal() & from_key_padding_mask(pad) if bool(pad.any()) else self._causal()
             )
-        x = self.embed(tokens) * math.sqrt(self.config.d_model)
-        x = (
-            self.positional(x)
-            if position_ids is None
-            else embed_at(self.positional, x, position_ids)
-        )
+        x = self.positional(self.embed(tokens), position_ids=position_ids)
         save = self.checkpoint_layers and torch.is_grad_enabled()
         for layer in self.layers:
             x = layer.checkpointed(x, mask) if save else layer(x, mask)
@@ -329,8 +245,11 @@ class TransformerLM(nn.Module):
         if not isinstance(cache, LMCache):
             raise TypeError(f"cache: expected an LMCache (model.new_cache()), got {cache!r}")
         tokens = self._check_tokens("tokens", tokens)
-        x = self.embed(tokens) * math.sqrt(self.config.d_model)
-        x = self.positional(x, cache.length)
+        end = cache.length + tokens.shape[1]
+        self.positional.check_fits(
+            "tokens", end, f"the cache's {cache.length} tokens and {tokens.shape[1]} new ones"
+        )
+        x = self.positional(self.embed(tokens), cache.length)
         w = self.config.window
         if w is None:
             mask = causal("bottom_right") if tokens.shape[1] > 1 else None
@@ -352,6 +271,16 @@ class TransformerLM(nn.Module):
         c = self.config
         return (c.pad_id,) if c.bos_id == c.eos_id else (c.pad_id, c.bos_id)
 
+    def _check_room(self, prompt: object, max_new_tokens: object) -> Tensor:
+        """The checked prompt (B, P); with learned positions, ValueError unless the prompt and
+        the tokens fed back (all new ones but the last) fit the table, before any work."""
+        prompt = self._check_tokens("prompt", prompt)
+        n = positive_int("max_new_tokens", max_new_tokens)
+        end = prompt.shape[1] + n - 1
+        what = f"a prompt of {prompt.shape[1]} tokens and {n} new ones"
+        self.positional.check_fits("max_new_tokens", end, what)
+        return prompt
+
     @torch.no_grad()
     def generate(
         self,
@@ -363,7 +292,7 @@ class TransformerLM(nn.Module):
     ) -> Tensor:
         """Continue prompt (B, P) ids (no padding): (B, T <= max_new_tokens) new ids, greedy
         when temperature == 0, else sampled (top_k); rows end at eos_id (then pad_id)."""
-        prompt = self._check_tokens("prompt", prompt)
+        prompt = self._check_room(prompt, max_new_tokens)
         c = self.config
         return greedy_search(
             self.stepper(prompt.shape[0]),
@@ -387,7 +316,7 @@ class TransformerLM(nn.Module):
         return_all: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """Beam search continuing prompt (B, P); as :func:`attnkit.models.decoding.beam_search`."""
-        prompt = self._check_tokens("prompt", prompt)
+        prompt = self._check_room(prompt, max_new_tokens)
         positive_int("beam_size", beam_size)
         c = self.config
         return beam_search(

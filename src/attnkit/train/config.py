@@ -111,6 +111,8 @@ class TrainConfig:
     cosine decays over ``max_steps``); AdamW ``betas``; ``weight_decay`` on matrices only
     (:mod:`attnkit.train.optim`); model ``tie_embeddings`` (default True), ``norm_first``,
     ``bias``, ``activation`` (lm gelu, seq2seq relu); ``bf16`` autocast (CPUs with native bf16).
+    ``positions`` (lm, issue 21): "sinusoidal" or "learned" (GPT-2 / nanoGPT: a learned table of
+    ``block_size`` rows, embeddings not scaled; :mod:`attnkit.models.lm_positions`).
     """
 
     task: str = "copy"
@@ -163,6 +165,7 @@ class TrainConfig:
     bias: bool = True
     activation: str | None = None
     bf16: bool = False
+    positions: str = "sinusoidal"  # issue 21: lm positions, sinusoidal or learned
 
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
@@ -312,5 +315,8 @@ def _validate_lm_recipe(c: TrainConfig) -> None:
         raise ValueError(f"betas: expected two numbers in [0, 1), got {c.betas!r}")
     if not c.lines and c.task != "lm":
         raise ValueError(f"lines: stream training is for the lm task, got task {c.task!r}")
+    choice("positions", c.positions, ("sinusoidal", "learned"))
+    if c.positions != "sinusoidal" and c.task != "lm":
+        raise ValueError(f"positions: learned positions are for the lm task, got task {c.task!r}")
     if not c.bias and c.task != "lm":
         raise ValueError(f"bias: --no-bias is for the lm task, got task {c.task!r}")

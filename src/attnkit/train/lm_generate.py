@@ -2,7 +2,9 @@
 top-p (nucleus) filtering, a token at a time so the caller can print as it goes, with the
 context cropped to the model's training window (nanoGPT's ``generate``: a model trained on
 windows of ``block`` tokens never sees a position beyond them). A KV cache serves the tokens
-while the context fits the window (and always for a local-attention model, ``--window``).
+while the context fits the window (and always for a local-attention model, ``--window``, with
+sinusoidal positions; a learned position table has no row beyond the window, so such a model
+crops too).
 
 Filtering follows transformers' ``TopKLogitsWarper`` and ``TopPLogitsWarper``: logits divided
 by the temperature; top-k keeps the k largest; top-p keeps the smallest set of most likely
@@ -83,9 +85,11 @@ def generate_ids(
 def _generate(model, ids, max_new_tokens, block, temperature, top_k, top_p, banned, stop,
               generator) -> Iterator[int]:  # fmt: skip
     """The KV cache while the context fits ``block`` (always, for a local-attention model,
-    whose cache keeps only its window); beyond, the last ``block`` ids recomputed per token."""
+    whose cache keeps only its window, unless its positions are learned: no row past the
+    table); beyond, the last ``block`` ids recomputed per token."""
     model.eval()
-    local = getattr(model.config, "window", None) is not None
+    c = model.config
+    local = getattr(c, "window", None) is not None and getattr(c, "positions", "") != "learned"
     cache = model.new_cache()
     logits = model.decode_step(torch.tensor([ids[-block:]]), cache)[0, -1]
     for k in range(max_new_tokens):

@@ -67,6 +67,7 @@ def recipe_summary(c: TrainConfig) -> str:
         c.activation,
         "biases" if c.bias else "no biases",
         "tied embeddings" if c.tie_embeddings else "untied embeddings",
+        f"{c.positions} positions",
         "bf16 autocast" if c.bf16 else "float32",
     ]
     return "recipe: " + ", ".join(parts)

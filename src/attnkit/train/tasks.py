@@ -206,7 +206,10 @@ def model_config(c: TrainConfig, kind: str, vocab_size: int, max_len: int) -> di
     )
     common.update(norm_first=c.norm_first, activation=c.activation)
     if kind == "lm":
+        if c.positions == "learned":  # a table of the training window, as nanoGPT's wpe
+            common.update(max_len=c.block_size)
         return dict(
+            positions=c.positions,
             vocab_size=vocab_size,
             num_layers=c.layers,
             window=c.window,
