@@ -1,7 +1,7 @@
 """attnkit export --to hf: transformers loads the directory with its Auto classes, its logits
 equal attnkit's within 1e-5 (float32, padded batch, odd lengths), greedy generation gives the
 same tokens, the tokenizer encodes as attnkit does; configurations without a faithful
-transformers class are refused naming the feature."""
+transformers class are refused naming the feature. Language models: test_hf_export_lm.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ pytest.importorskip("transformers")
 
 from attnkit.cli import main  # noqa: E402
 from attnkit.integrations.hf_export import UnfaithfulExport, export_seq2seq  # noqa: E402
-from attnkit.models.lm import LMConfig, TransformerLM  # noqa: E402
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer  # noqa: E402
 from attnkit.train import session  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
@@ -94,11 +93,5 @@ def test_unfaithful_configurations_are_refused(tmp_path, exported, capsys):
     with pytest.raises(UnfaithfulExport, match="tie_embeddings='none'"):
         export_seq2seq(s2s(norm_first=True, tie_embeddings="none"), tok, tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-    from attnkit.integrations.hf_export import refuse_lm
-
-    with pytest.raises(UnfaithfulExport, match=r"sliding-window attention \(--window\)"):
-        refuse_lm(TransformerLM(LMConfig(11, d_model=8, nhead=2, num_layers=1, window=4)).config)
-    with pytest.raises(UnfaithfulExport, match=r"bias of the output layer"):
-        refuse_lm(TransformerLM(LMConfig(11, d_model=8, nhead=2, num_layers=1)).config)
     code = main(["export", "--ckpt", str(exported[0]), "--to", "hf", str(exported[1])])
     assert code == 2 and "OUT:" in capsys.readouterr().err  # never over an existing directory

@@ -1,6 +1,7 @@
 """``attnkit export``: a trained checkpoint as a HuggingFace transformers directory (loadable
-with ``AutoModelForSeq2SeqLM`` / ``AutoTokenizer``), only when a transformers class computes
-exactly the same function (:mod:`attnkit.integrations.hf_export`)."""
+with ``AutoModelForSeq2SeqLM`` or ``AutoModelForCausalLM``, and ``AutoTokenizer``), only when a
+transformers class computes exactly the same function (:mod:`attnkit.integrations.hf_export`,
+:mod:`attnkit.integrations.hf_export_lm`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from attnkit.cli.common import UsageError, one_line
 
 NAME = "export"
 EXAMPLES = """\
-  export    a trained encoder-decoder as a transformers directory (PegasusForConditionalGeneration)
+  export    a trained model as a transformers directory (Pegasus, GPT-2)
               attnkit export --ckpt runs/fra --to hf hf-fra
 """
 
@@ -22,14 +23,19 @@ examples:
       then, in Python: AutoModelForSeq2SeqLM.from_pretrained("hf-fra"),
       AutoTokenizer.from_pretrained("hf-fra"), model.generate(**tokenizer(["I am cold."],
       return_tensors="pt"))
+  attnkit train --task lm --data book.txt --positions learned --no-bias --out runs/book
+  attnkit export --ckpt runs/book --to hf hf-book
+      then: AutoModelForCausalLM.from_pretrained("hf-book") (a GPT2LMHeadModel)
 
 Encoder-decoders are written as PegasusForConditionalGeneration (pre-LN layers, sinusoidal
 positions, a bias on the logits: the only transformers class that computes what attnkit's
-model computes; MarianMTModel and BART are post-LN) with the tokenizer as tokenizer.json.
-A model that no transformers class represents faithfully is refused with the feature named
-(today: attnkit's language models, whose output layer has a bias that GPT2 and Llama lack).
-Given a run directory, its best checkpoint (best/) is exported when it exists. Needs the
-optional extra: pip install 'attnkit[hf]'.
+model computes; MarianMTModel and BART are post-LN). Language models: with learned positions
+(--positions learned) as GPT2LMHeadModel, with sinusoidal positions as PegasusForCausalLM;
+neither has a bias on its output layer, so the LM must be trained with --no-bias. The
+tokenizer is written as tokenizer.json. A model that no transformers class represents
+faithfully (post-LN layers for an LM, --window, an output bias) is refused with the feature
+named. Given a run directory, its best checkpoint (best/) is exported when it exists. Needs
+the optional extra: pip install 'attnkit[hf]'.
 """
 
 
@@ -50,7 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(ns: argparse.Namespace) -> int:
     """Export; 0 on success."""
-    from attnkit.integrations.hf_export import available, export_seq2seq, quiet, refuse_lm
+    from attnkit.integrations.hf_export import available, export_seq2seq, quiet
+    from attnkit.integrations.hf_export_lm import export_lm, lm_class
 
     if not available():
         raise UsageError("--to hf: needs HuggingFace transformers (pip install 'attnkit[hf]')")
@@ -62,11 +69,16 @@ def run(ns: argparse.Namespace) -> int:
     loaded = session.load(ns.ckpt, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     if loaded.kind == "lm":
-        refuse_lm(loaded.model.config)
-    with quiet():
-        out = export_seq2seq(loaded.model, loaded.tokenizer, ns.out)
+        lm_class(loaded.model.config)  # refuses naming the feature, before transformers loads
+        with quiet():
+            out, cls = export_lm(loaded.model, loaded.tokenizer, ns.out)
+        auto = "AutoModelForCausalLM"
+    else:
+        with quiet():
+            out = export_seq2seq(loaded.model, loaded.tokenizer, ns.out)
+        cls, auto = "PegasusForConditionalGeneration", "AutoModelForSeq2SeqLM"
     print(
-        f"wrote {one_line(out)}: PegasusForConditionalGeneration + tokenizer.json; load with "
-        f'AutoModelForSeq2SeqLM.from_pretrained("{one_line(out)}")'
+        f"wrote {one_line(out)}: {cls} + tokenizer.json; load with "
+        f'{auto}.from_pretrained("{one_line(out)}")'
     )
     return 0
