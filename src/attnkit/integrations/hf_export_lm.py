@@ -22,8 +22,9 @@ first) and sliding-window attention (``--window``: both attend to the whole pref
 The tokenizer is a ``PreTrainedTokenizerFast`` that encodes a prompt as attnkit does (no
 special tokens added). ``generation_config.json`` suppresses the ids attnkit never generates
 ([PAD], [BOS]) and stops at [EOS], so ``model.generate`` continues a prompt as
-:meth:`TransformerLM.generate <attnkit.models.lm.TransformerLM.generate>` does. GPT-2 has no
-row for a position at or past ``n_positions``: transformers fails there, attnkit's
+:meth:`TransformerLM.generate <attnkit.models.lm.TransformerLM.generate>` does. Both classes
+stop at the end of their position table (GPT-2's ``n_positions``, Pegasus's
+``max_position_embeddings`` = the model's ``max_len``): transformers fails there, attnkit's
 ``generate`` command crops the context.
 """
 
