@@ -183,6 +183,25 @@ def test_unfaithful_configurations_are_refused(tmp_path, kw, feature):
     assert not (tmp_path / "hf").exists() and not list(tmp_path.iterdir())
 
 
+def test_bad_arguments_are_refused_before_any_work(tmp_path):
+    tok = tk.train([RHYME], "word")
+    model = random_lm(tok.get_vocab_size(), 0, d_model=12, positions="learned")
+    with pytest.raises(TypeError, match="model: expected an attnkit TransformerLM, got Linear"):
+        export_lm(torch.nn.Linear(2, 2), tok, tmp_path / "a")
+    with pytest.raises(TypeError, match="tok: expected a tokenizers.Tokenizer, got str"):
+        export_lm(model, "word", tmp_path / "a")
+    with pytest.raises(TypeError, match="out: expected a directory path, got int"):
+        export_lm(model, tok, 3)
+    small = random_lm(tok.get_vocab_size() - 1, 0, d_model=12, positions="learned")
+    with pytest.raises(ValueError, match=r"tok: \d+ tokens, more than the model's vocabulary"):
+        export_lm(small, tok, tmp_path / "a")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(ValueError, match="out: .* exists and is not an empty directory"):
+        export_lm(model, tok, tmp_path / "full")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
+
+
 def test_cli_refuses_an_lm_with_biases(tmp_path, rhyme, capsys):
     cfg = lm_train_config(rhyme, d_model=12, nhead=2, max_steps=2, bias=True)
     train(cfg, tmp_path / "run", echo=lambda _: None)

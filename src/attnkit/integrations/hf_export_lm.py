@@ -48,6 +48,7 @@ from attnkit.integrations.hf_export import (
     width_permutation,
     write_atomically,
 )
+from attnkit.models.lm import TransformerLM
 
 __all__ = ["export_lm", "lm_class"]
 
@@ -205,6 +206,17 @@ def export_lm(model, tok: Tokenizer, out: str | os.PathLike) -> tuple[Path, str]
     atomically. Returns (the directory, the class name). UnfaithfulExport naming the feature
     when no transformers class computes the same function; ValueError when ``out`` exists and
     is not empty. Both are raised before anything is written."""
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model: expected an attnkit TransformerLM, got {type(model).__name__}")
+    if not isinstance(tok, Tokenizer):
+        raise TypeError(f"tok: expected a tokenizers.Tokenizer, got {type(tok).__name__}")
+    if tok.get_vocab_size() > model.config.vocab_size:
+        raise ValueError(
+            f"tok: {tok.get_vocab_size()} tokens, more than the model's vocabulary of "
+            f"{model.config.vocab_size}"
+        )
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out: expected a directory path, got {type(out).__name__}")
     c = model.config
     target = lm_class(c)
     out = check_out(out)
