@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from attnkit.models.lm import CausalLayer, LMConfig, TransformerLM
@@ -69,13 +71,20 @@ def test_initialisation_is_nanogpt_like():
         assert abs(float(w.detach().std()) - 0.02) < 0.002
 
 
-def test_packed_rows_equal_each_document_alone():
-    lm = make()
-    a, b = tokens(1, 5, seed=2), tokens(1, 7, seed=3)
-    row = torch.cat([a, b], dim=1)
-    docs = torch.tensor([[0] * 5 + [1] * 7])
-    packed = lm(row, doc_ids=docs)
-    want = torch.cat([lm(a), lm(b)], dim=1)  # each from position 0
+PACKED_LM = make()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.integers(0, 2**16))
+def test_packed_rows_equal_each_document_alone(lengths, seed):
+    """Documents of random lengths packed into one row of at most the table's length: each
+    document's logits equal those of the document run alone from position 0."""
+    lm = PACKED_LM
+    lengths = lengths[: next(i for i in range(len(lengths), 0, -1) if sum(lengths[:i]) <= TABLE)]
+    docs = [tokens(1, n, seed=seed + i) for i, n in enumerate(lengths)]
+    ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])[None]
+    packed = lm(torch.cat(docs, dim=1), doc_ids=ids)
+    want = torch.cat([lm(d) for d in docs], dim=1)
     assert rel_err(packed, want) <= F64_TOL
 
 
