@@ -26,7 +26,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:  # imported by path (tests) rather than run as a script
     sys.path.insert(0, str(BENCH_DIR))
 
-from harness.machine import cpu_summary, machine_info, machine_line  # noqa: E402
+from harness.machine import cpu_summary, git_commit, machine_info, machine_line  # noqa: E402
 from harness.results import payload, summary, write_json_atomic  # noqa: E402
 from harness.row import Row, Spec  # noqa: E402
 from harness.runner import discover, list_rows, matches, run_row  # noqa: E402
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"no bench_*.py scripts in {where}")
         return 2
     started = time.time()
+    git_commit()  # the code that runs: read now, before a long run
     with _progress(err) as progress:
         specs, rows = list_all(scripts, a, progress)
         if a.list:

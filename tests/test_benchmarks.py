@@ -127,6 +127,7 @@ def test_failures_timeouts_and_broken_scripts(tmp_path):
     assert ok["cpu"].startswith(m["cpu"]) and f"capability {m['cpu_capability']}" in ok["cpu"]
     assert 48 <= ok["extra"]["alloc_mib"] <= 200, ok["extra"]
     assert ok["extra"]["child"] == 42
+    assert isinstance(ok["load_avg"], float) and ok["load_avg"] >= 0  # load when it finished
     assert rows["fake-own-target"]["target_met"] is False
     assert rows["fake-crash"]["status"] == "failed"
     assert "deliberate failure 1234" in rows["fake-crash"]["error"]
@@ -233,16 +234,17 @@ def test_table_columns_and_rendering(bench_path):
     ]  # fmt: skip
     ok = Row(
         "a", group="g|1", case="c", target=">=1x", impl_s=0.5, peer="p", peer_s=1.0, ratio=2.0,
-        target_met=True, peak_rss_mib=300.0, startup_rss_mib=200.0,
+        target_met=True, peak_rss_mib=300.0, startup_rss_mib=200.0, load_avg=2.345,
         extra={"plan_s": 0.25, "backend": "[bold]x", "n": 12345.0},
     )  # fmt: skip
     bad = Row("b", status="timeout", error="timed out after 5 s\nsome [red] tail")
     c = cells(ok)
     assert list(c) == [col.name for col in COLUMNS]
     assert c["peak MiB (+row)"] == "300 (+100)" and c["ratio"] == "2.00x" and c["met"] == "yes"
-    assert c["block mask / plan"] == "250.0 ms (plan)"
+    assert c["block mask / plan"] == "250.0 ms (plan)" and c["load"] == "2.3"
     assert c["notes"] == "backend=[bold]x, n=12,345"
     assert cells(bad)["notes"] == "TIMEOUT: some [red] tail" and cells(bad)["attnkit"] == "-"
+    assert cells(bad)["load"] == "-"
     md = markdown_table([ok, bad]).splitlines()
     assert len(md) == 4 and md[0] == "| " + " | ".join(col.name for col in COLUMNS) + " |"
     assert md[2].startswith("| g\\|1 | c | 500.0 ms |")
@@ -275,6 +277,37 @@ def test_machine_uses_attnkit_info(bench_path, monkeypatch):
         and m["info"] == {}
         and "attnkit info failed: ImportError" in machine.machine_line(m)
     )
+
+
+def test_git_commit_is_read_once_and_names_uncommitted_changes(bench_path, tmp_path, monkeypatch):
+    """The commit of a run is the one its rows ran (read once, at the start), marked when
+    tracked files differ from it; None outside a git checkout."""
+    from harness import machine
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    monkeypatch.setattr(machine, "REPO", tmp_path)
+    machine.git_commit.cache_clear()
+    first = machine.git_commit()
+    assert first and " " not in first
+    (tmp_path / "f.txt").write_text("b")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+    assert machine.git_commit() == first  # a commit during the run does not relabel it
+    machine.git_commit.cache_clear()
+    second = machine.git_commit()
+    assert second != first and " " not in second
+    (tmp_path / "f.txt").write_text("c")
+    machine.git_commit.cache_clear()
+    assert machine.git_commit() == second + " + uncommitted changes"
+    monkeypatch.setattr(machine, "REPO", tmp_path / "absent")
+    machine.git_commit.cache_clear()
+    assert machine.git_commit() is None
+    machine.git_commit.cache_clear()
 
 
 def test_results_json_and_summary(bench_path, tmp_path):

@@ -50,19 +50,23 @@ def mem_total_gib() -> float | None:
     return None
 
 
-def git_commit() -> str | None:
-    """The checkout's short commit, None outside git."""
+def _git(*args: str) -> str | None:
     try:
-        r = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return r.stdout.strip() or None
+        r = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """The checkout's short commit, with " + uncommitted changes" when tracked files differ
+    from it; None outside git. Read once per run (``run.py`` reads it before the first row),
+    so a commit made during a long run does not relabel the code that ran."""
+    commit = _git("rev-parse", "--short", "HEAD")
+    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+        commit += " + uncommitted changes"
+    return commit or None
 
 
 def machine_info(rows: Sequence[Row]) -> dict[str, Any]:

@@ -29,7 +29,10 @@ class Row:
 
     Times are seconds (medians), memory MiB. ``ratio`` = peer_s / impl_s (> 1: attnkit is
     faster). ``target_met``: None when nothing judges the target. ``cpu``: the CPU it ran on
-    (model, torch capability, native bf16). ``extra``: the row's own
+    (model, torch capability, native bf16). ``load_avg``: the 1-minute load average when the
+    row finished (its own threads count: about the torch threads on a quiet machine; more
+    means other processes shared the cores and the times measured them too). ``extra``: the
+    row's own
     fields (backend, errors against the peer, compile time, per-side memory, ...)."""
 
     id: str
@@ -49,6 +52,7 @@ class Row:
     torch_threads: int | None = None
     cpu: str | None = None
     wall_s: float | None = None
+    load_avg: float | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

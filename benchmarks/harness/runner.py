@@ -171,4 +171,6 @@ def run_row(spec: Spec, quick: bool, timeout: float | None) -> Row:
     """Run one row in a subprocess (see the module docstring)."""
     cmd = [sys.executable, str(spec.script), "--row", spec.id] + (["--quick"] if quick else [])
     rc, out, err, wall = run_command(cmd, timeout)
-    return row_from_output(spec, rc, out, err, wall, timeout)
+    row = row_from_output(spec, rc, out, err, wall, timeout)
+    row.load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return row

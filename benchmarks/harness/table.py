@@ -91,6 +91,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("target", lambda r: r.target or ""),
     Column("met", fmt_met),
     Column("peak MiB (+row)", fmt_mem, right=True),
+    Column("load", lambda r: "-" if r.load_avg is None else f"{r.load_avg:.1f}", right=True),
     Column("compile", lambda r: fmt_extra_time(r, COMPILE_KEYS)),
     Column("block mask / plan", lambda r: fmt_extra_time(r, BLOCK_MASK_KEYS)),
     Column("notes", fmt_notes),

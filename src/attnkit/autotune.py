@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -29,9 +29,11 @@ import torch
 from attnkit import masks as M
 from attnkit.functional import additive_attention, scaled_dot_product_attention
 from attnkit.kernels import scan
+from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.blocksparse.emptiness import empty_blocks
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
 
-__all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "tune"]
+__all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "element_threshold", "tune"]
 
 
 @dataclass(frozen=True)
@@ -137,26 +139,74 @@ def crossover(budget: Budget) -> Found:
     )
 
 
+def element_threshold(points: Sequence[tuple[float, float]], margin: float) -> int:
+    """``blocksparse_element_call_entries`` from measured points (skipped score entries per
+    per-element SDPA call, dense time / blocksparse time), without timing anything.
+
+    Per-element calls must beat dense by ``margin`` at every measured size from the threshold
+    up. When they do at every size, the threshold is the smallest measured one (nothing below
+    it was measured, so smaller calls keep dense); when they lose at the largest size, it is
+    4x that size (auto keeps dense on every measured size); otherwise the crossover lies
+    between the largest losing size and the next (winning) one, and the threshold is their
+    geometric mean."""
+    if not points:
+        raise ValueError("points: expected at least one (entries per call, ratio), got none")
+    pts = sorted((float(e), float(r)) for e, r in points)
+    first = len(pts)
+    while first > 0 and pts[first - 1][1] >= margin:
+        first -= 1
+    if first == len(pts):
+        return int(min(2**40, 4 * pts[-1][0]))
+    if first == 0:
+        return max(1, math.ceil(pts[0][0]))
+    return max(1, math.ceil(math.sqrt(pts[first - 1][0] * pts[first][0])))
+
+
+def _padded(b: int, h: int, length: int, d: int, lengths: torch.Tensor):
+    """(q, k, v, key padding mask, skipped entries per per-element call as dispatch counts
+    them, or None when dispatch would not consult the threshold for this call)."""
+    q, k, v = _qkv(b, h, length, d)
+    mask = M.key_padding(lengths)
+    t = current()
+    call = AttentionCall.dot(q, k, v, mask, d**-0.5, 0.0, False)
+    e = empty_blocks(call, t.blocksparse_block_q, t.blocksparse_block_kv)
+    decides = e.every < t.blocksparse_min_empty <= e.each
+    return q, k, v, mask, (e.skipped_per_call if decides else None)
+
+
 def element_calls(budget: Budget) -> Found:
-    """``blocksparse_element_call_entries``: key padding that varies per element (half the
-    elements at full length, half at a quarter), B=2, H=8, the lengths of :func:`crossover`:
-    the skipped entries per call from which per-element calls beat dense; when they never do,
-    the largest measured size times 4."""
-    seen, threshold = [], None
-    for length in sorted({max(256, budget.length // 2), budget.length}):
-        q, k, v = _qkv(2, 8, length)
-        mask = M.key_padding(torch.tensor([length, length // 4]))
-        skipped = 0.75 * length * length * 8  # entries one element's calls skip, all heads
-        per_call = skipped / math.ceil(length / current().blocksparse_block_q)
+    """``blocksparse_element_call_entries``: blocksparse (one SDPA call per batch element and
+    query block) against dense on key padding that varies per element, at the sizes real calls
+    have: BERT-like batches (B=32, d=32, lengths L/16..L, H = 4, 8, 12 at L = 256, and H = 12
+    at L = 512) and, with the full budget, two elements of full and quarter length (H=8, d=64,
+    the lengths of :func:`crossover`). Sizes are the skipped score entries per call as
+    dispatch counts them (:func:`~attnkit.kernels.blocksparse.emptiness.empty_blocks`); the
+    threshold follows :func:`element_threshold`."""
+    g = torch.Generator().manual_seed(0)
+    cases = [(32, h, 256, 32) for h in (4, 8, 12)]
+    if budget.length >= 1024:
+        cases.append((32, 12, 512, 32))
+    for length in sorted({budget.length // 2, budget.length}):
+        if length >= 1024:
+            cases.append((2, 8, length, 64))
+    seen, points = [], []
+    for b, h, length, d in cases:
+        if b == 2:
+            lengths = torch.tensor([length, length // 4])
+        else:
+            lengths = torch.randint(length // 16, length + 1, (b,), generator=g)
+            lengths[0] = length  # a batch is padded to its longest element
+        q, k, v, mask, per_call = _padded(b, h, length, d, lengths)
+        if per_call is None:
+            continue
         r = _race(q, k, v, mask, budget.reps)  # forced: no speed reason applies
         ratio = r["dense"] / r["blocksparse"]
-        seen.append(f"L={length} {per_call:,.0f}/call {ratio:.2f}x")
-        if ratio >= budget.margin and threshold is None:
-            threshold = int(per_call)
-    if threshold is None:
-        threshold = min(2**40, int(4 * per_call))
+        points.append((per_call, ratio))
+        seen.append(f"({b},{h},{length},{d}) {per_call:,.0f}/call {ratio:.2f}x")
+    if not points:
+        return Found({}, "no measured call reached the per-element threshold")
     return Found(
-        {"blocksparse_element_call_entries": max(threshold, 1)},
+        {"blocksparse_element_call_entries": element_threshold(points, budget.margin)},
         "per-element calls against dense: " + ", ".join(seen),
     )
 
