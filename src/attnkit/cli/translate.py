@@ -5,6 +5,7 @@ file, optionally as an n-best list."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -77,6 +78,8 @@ def _check(ns: argparse.Namespace) -> None:
         value = getattr(ns, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')}: expected a positive int, got {value}")
+    if not math.isfinite(ns.length_penalty):  # also with --beam 1, which does not use it
+        raise UsageError(f"--length-penalty: expected a finite number, got {ns.length_penalty}")
     if ns.n_best is not None and ns.n_best > ns.beam:
         raise UsageError(
             f"--n-best: expected at most --beam ({ns.beam}) hypotheses, got {ns.n_best}; use "
