@@ -4,7 +4,8 @@ before any checkpoint is read (the judge's fresh-machine runs; argparse's own co
 exit 2 for usage errors, as in PyTorch's and sacrebleu's command lines).
 
 Cases marked "was accepted" ran before this suite (--clip -1 silently turned clipping off,
---top-k 0 and --length-penalty inf were ignored by greedy decoding)."""
+--top-k 0 and --length-penalty inf were ignored by greedy decoding, export created missing
+parent directories)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,9 @@ CASES = [
     (["score", "--hyp", "{d}/missing", "--ref", "{d}/ref.txt"], "missing"),
     (["plot", "{d}/missing", "-o", "{d}/p.png"], "missing"),
     (["export", "--ckpt", "{d}/missing", "--to", "hf", "{d}/out"], "no such checkpoint"),
+    # was accepted: the missing parents were created (mkdir -p) after reading the checkpoint
+    (["export", "--ckpt", "{d}/missing", "--to", "hf", "{d}/no/out"], "does not exist"),
+    (["export", "--ckpt", "{d}/missing", "--to", "hf", "{d}/ref.txt"], "OUT: "),
 ]
 
 
