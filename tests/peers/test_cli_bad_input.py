@@ -9,6 +9,8 @@ parent directories)."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from attnkit.cli import main
@@ -65,6 +67,12 @@ CASES = [
     (["explain", "--d-model", "0"], "--d-model"),
     (["explain", "--seed", "-1"], "--seed"),
     (["explain", "--png", "{d}/x.gif"], "--png"),
+    # non-UTF-8 arguments (kept by Python as lone surrogates): was "TextInputSequence must be
+    # str" (translate, generate, after reading the checkpoint) or a tokenizers message (view)
+    (["explain", "caf\udce9 au lait"], "SENTENCE: not UTF-8 text (byte 0xe9 at offset 3)"),
+    (["view", "caf\udce9", "-o", "{d}/o.html"], "SENTENCE: not UTF-8 text (byte 0xe9"),
+    (["translate", "--ckpt", "{d}/missing", "caf\udce9"], "SENTENCE: not UTF-8 text"),
+    (["generate", "--ckpt", "{d}/missing", "--prompt", "caf\udce9"], "--prompt: not UTF-8"),
     # score / plot / export
     (["score", "--hyp", "{d}/bad.txt", "--ref", "{d}/ref.txt"], "UTF-8"),
     (["score", "--hyp", "{d}/hyp.txt", "--ref", "{d}/ref.txt"], "line"),
@@ -90,3 +98,19 @@ def test_bad_input_is_one_line_exit_2(capsys, files, argv, match):
     assert len(lines) == 1, err  # no "checkpoint ..." line: numbers come before the read
     assert match in lines[0] and "Traceback" not in err
     assert not out_dir.exists() and not (files / "o.html").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["translate", "--ckpt", "{d}/missing"], "standard input line 2: not UTF-8 text"),
+        (["score", "--hyp", "-", "--ref", "{d}/ref.txt"], "--hyp: standard input line 2: not"),
+    ],
+)
+def test_non_utf8_standard_input_is_refused(capsys, monkeypatch, files, argv, match):
+    # was: translate failed with "TextInputSequence must be str"; score scored the bytes
+    monkeypatch.setattr("sys.stdin", io.StringIO("a\ncaf\udce9\n"))
+    code = main([a.replace("{d}", str(files)) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and match in err, err
+    assert "Traceback" not in err and not out

@@ -7,7 +7,14 @@ import argparse
 import textwrap
 
 from attnkit.cli import explain_png
-from attnkit.cli.common import UsageError, console, int_arg, option_names, print_json
+from attnkit.cli.common import (
+    UsageError,
+    console,
+    int_arg,
+    option_names,
+    print_json,
+    utf8_text,
+)
 from attnkit.cli.model_attentions import add_download_option
 from attnkit.explain import catalog  # torch- and numpy-free: --help stays fast
 
@@ -172,7 +179,7 @@ def _sentence(ns: argparse.Namespace) -> str | None:
     given but is empty (``attnkit explain ""``)."""
     if not ns.sentence:
         return None
-    sentence = " ".join(ns.sentence).strip()
+    sentence = utf8_text("SENTENCE", " ".join(ns.sentence)).strip()
     if not sentence:
         raise UsageError(
             "SENTENCE: the sentence is empty; give some words, or leave it out "

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
+from attnkit.cli.common import (
+    UsageError,
+    add_device,
+    on_device,
+    one_line,
+    option_names,
+    utf8_text,
+)
 
 NAME = "generate"
 EXAMPLES = """\
@@ -123,10 +130,11 @@ def _run(ns: argparse.Namespace) -> int:
 
 
 def _check_numbers(ns: argparse.Namespace) -> None:
-    """The numeric options, before the checkpoint is read: a bad value is refused even when
-    greedy decoding (--temperature 0) would not use it."""
+    """The prompt's encoding and the numeric options, before the checkpoint is read: a bad
+    value is refused even when greedy decoding (--temperature 0) would not use it."""
     from attnkit import checks
 
+    utf8_text("--prompt", ns.prompt)
     checks.positive_int("max_new_tokens", ns.max_new_tokens)
     checks.nonnegative_int("seed", ns.seed, maximum=2**63 - 1)
     if checks.finite_float("temperature", ns.temperature, "a number >= 0 (0 = greedy)") < 0:

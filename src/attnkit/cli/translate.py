@@ -9,7 +9,14 @@ import math
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
+from attnkit.cli.common import (
+    UsageError,
+    add_device,
+    on_device,
+    one_line,
+    option_names,
+    utf8_text,
+)
 
 NAME = "translate"
 EXAMPLES = """\
@@ -90,7 +97,7 @@ def _check(ns: argparse.Namespace) -> None:
     if ns.sentences.count("-") and len(ns.sentences) > 1:
         raise UsageError("translate: '-' (standard input) must be the only SENTENCE")
     for s in ns.sentences:
-        if not s.strip():
+        if not utf8_text("SENTENCE", s).strip():
             raise UsageError("translate: a SENTENCE is empty")
     if ns.view is not None:
         from attnkit.viz.weights import check_output_path
@@ -118,7 +125,8 @@ def _inputs(ns: argparse.Namespace) -> list[str]:
         return ns.sentences
     if sys.stdin.isatty():
         print("reading sentences from standard input, one per line (Ctrl-D ends)", file=sys.stderr)
-    return [s.strip() for s in sys.stdin.read().splitlines()]
+    lines = sys.stdin.read().splitlines()
+    return [utf8_text("standard input", s, f" line {n}").strip() for n, s in enumerate(lines, 1)]
 
 
 def _check_vocabulary(tok, lines: list[str], strict: bool) -> None:

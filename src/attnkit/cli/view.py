@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line
+from attnkit.cli.common import UsageError, one_line, utf8_text
 from attnkit.cli.model_attentions import add_download_option
 
 NAME = "view"
@@ -104,7 +104,7 @@ def index_list(option: str, text: str | None, n: int) -> list[int]:
 
 
 def _read_text(ns: argparse.Namespace) -> str:
-    sentence = " ".join(ns.sentence).strip()
+    sentence = utf8_text("SENTENCE", " ".join(ns.sentence)).strip()
     if ns.file is not None:
         if sentence:
             raise UsageError("view: give either SENTENCE or --file, not both")
