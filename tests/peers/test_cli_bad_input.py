@@ -67,6 +67,7 @@ CASES = [
     (["explain", "--d-model", "0"], "--d-model"),
     (["explain", "--seed", "-1"], "--seed"),
     (["explain", "--png", "{d}/x.gif"], "--png"),
+    (["explain", "--full"], "--full: only works with --json"),  # was silently ignored
     # non-UTF-8 arguments (kept by Python as lone surrogates): was "TextInputSequence must be
     # str" (translate, generate, after reading the checkpoint) or a tokenizers message (view)
     (["explain", "caf\udce9 au lait"], "SENTENCE: not UTF-8 text (byte 0xe9 at offset 3)"),
@@ -114,3 +115,22 @@ def test_non_utf8_standard_input_is_refused(capsys, monkeypatch, files, argv, ma
     out, err = capsys.readouterr()
     assert code == 2 and len(err.strip().splitlines()) == 1 and match in err, err
     assert "Traceback" not in err and not out
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lm")
+    (d / "text.txt").write_text("the cat sat on the mat\nthe dog ran far away\n" * 20)
+    tiny = "--d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --block-size 8 --max-steps 1"
+    argv = ["train", "--task", "lm", "--data", str(d / "text.txt"), "--out", str(d / "run")]
+    assert main(argv + tiny.split() + ["--tokenizer", "char", "--no-progress"]) == 0
+    return d / "run"
+
+
+@pytest.mark.parametrize("option", [["--beam", "3"], ["--length-penalty", "0.5"]])
+def test_decoding_options_on_a_language_model_are_refused(capsys, lm_run, option):
+    # was: evaluate scored the LM and ignored --beam / --length-penalty
+    capsys.readouterr()
+    code = main(["evaluate", "--ckpt", str(lm_run), *option])
+    _, err = capsys.readouterr()
+    assert code == 2 and f"{option[0]}: a language model is scored" in err, err

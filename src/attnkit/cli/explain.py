@@ -207,6 +207,9 @@ def run(ns: argparse.Namespace) -> int:
     if ns.example in catalog.MODEL_EXAMPLES:
         ns = _model_example(ns)
     sentence = _sentence(ns)
+    if ns.full and not ns.json:  # was silently ignored
+        raise UsageError("--full: only works with --json (every value of the JSON trace); add "
+                         "--json, or leave it out")  # fmt: skip
     if ns.model is None:  # options that only act on a model's attention do nothing without one
         given = (("--top-k", ns.top_k is not None), ("--skip-special", ns.skip_special))
         unused = [option for option, was_given in given if was_given]
