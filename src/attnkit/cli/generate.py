@@ -77,7 +77,7 @@ def _run(ns: argparse.Namespace) -> int:
         "seed": "--seed",
     }
     with option_names(names):
-        _check_numbers(ns)
+        _check_options(ns)
     loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":
         raise UsageError(
@@ -129,7 +129,7 @@ def _run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _check_numbers(ns: argparse.Namespace) -> None:
+def _check_options(ns: argparse.Namespace) -> None:
     """The prompt's encoding and the numeric options, before the checkpoint is read: a bad
     value is refused even when greedy decoding (--temperature 0) would not use it."""
     from attnkit import checks
