@@ -150,7 +150,16 @@ def check_softcap_sinks(
             f"sinks: expected shape (H,) = ({q.shape[-3]},) (H from q {tuple(q.shape)}), "
             f"got {tuple(sinks.shape)}"
         )
-    return cap, sinks
+    return cap, finite_sinks(sinks)
+
+
+def finite_sinks(sinks: Tensor) -> Tensor:
+    """``sinks`` (H,) when every logit is finite; ValueError naming ``sinks`` otherwise (a NaN
+    sink would make its head's output NaN, as :mod:`attnkit.reference` refuses it too). Checked
+    on every call, remembered signatures included: the values change between calls."""
+    if not bool(torch.isfinite(sinks).all()):
+        raise ValueError(f"sinks: expected finite logits, got {checks.show(sinks.detach())}")
+    return sinks
 
 
 def scale_or_default(scale: object, d_k: int) -> float:
@@ -199,6 +208,7 @@ def _call(q, k, v, mask, hit: Choice, sinks: Tensor | None = None) -> AttentionC
     the remembered scan plan in its cache)."""
     if mask is not None and isinstance(mask, Tensor):
         mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
+    sinks = None if sinks is None else finite_sinks(sinks)
     call = AttentionCall.dot(q, k, v, mask, *hit.options, sinks=sinks)
     call._cache["scan-plan"] = (q, k, v, hit.scan_plan)  # for these tensors only
     return call

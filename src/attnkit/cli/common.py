@@ -35,6 +35,20 @@ class UsageError(Exception):
     """A one-line message for stderr and exit code 2 (raised by verbs for user mistakes)."""
 
 
+def utf8_text(option: str, text: str, where: str = "") -> str:
+    """``text`` from the command line or standard input, refused with a :class:`UsageError`
+    naming ``option`` when it is not UTF-8 (Python keeps such bytes as lone surrogates, which
+    the tokenizers cannot encode); ``where`` locates it, e.g. " line 3"."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        byte = text[e.start].encode("utf-8", "surrogateescape")[0]
+        raise UsageError(
+            f"{option}{where}: not UTF-8 text (byte 0x{byte:02x} at offset {e.start})"
+        ) from None
+    return text
+
+
 def one_line(message: object) -> str:
     """``message`` on one line: whitespace runs collapsed, control characters escaped."""
     return printable(" ".join(str(message).split()))

@@ -5,6 +5,7 @@ perplexity for lm."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
 
@@ -93,6 +94,8 @@ def _run(ns: argparse.Namespace) -> int:
         raise UsageError(f"--n: expected a positive int, got {ns.n}")
     if ns.beam < 1:  # checked before the checkpoint is loaded
         raise UsageError(f"--beam: expected a positive int, got {ns.beam}")
+    if not math.isfinite(ns.length_penalty):
+        raise UsageError(f"--length-penalty: expected a finite number, got {ns.length_penalty}")
     with option_names({"beam_size": "--beam", "length_penalty": "--length-penalty"}):
         loaded = session.load(ns.ckpt, best=True)
         if loaded.kind == "lm":  # nats/token, bits/char, perplexity (attnkit.cli.evaluate_lm)

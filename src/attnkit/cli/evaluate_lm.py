@@ -27,6 +27,11 @@ def run(loaded, ns: argparse.Namespace) -> int:
     from attnkit.train.stream import split_text
 
     c = loaded.train_config.resolved()
+    if ns.beam != 1 or ns.length_penalty != 0:  # was silently ignored
+        option = "--beam" if ns.beam != 1 else "--length-penalty"
+        raise UsageError(
+            f"{option}: a language model is scored token by token, not decoded; leave it out"
+        )
     if ns.stride is not None and ns.stride < 1:
         raise UsageError(f"--stride: expected a positive int, got {ns.stride}")
     if ns.data is None and c.lines:  # a lines-mode model: its held-out lines, as trained

@@ -7,7 +7,14 @@ import argparse
 import textwrap
 
 from attnkit.cli import explain_png
-from attnkit.cli.common import UsageError, console, int_arg, option_names, print_json
+from attnkit.cli.common import (
+    UsageError,
+    console,
+    int_arg,
+    option_names,
+    print_json,
+    utf8_text,
+)
 from attnkit.cli.model_attentions import add_download_option
 from attnkit.explain import catalog  # torch- and numpy-free: --help stays fast
 
@@ -172,7 +179,7 @@ def _sentence(ns: argparse.Namespace) -> str | None:
     given but is empty (``attnkit explain ""``)."""
     if not ns.sentence:
         return None
-    sentence = " ".join(ns.sentence).strip()
+    sentence = utf8_text("SENTENCE", " ".join(ns.sentence)).strip()
     if not sentence:
         raise UsageError(
             "SENTENCE: the sentence is empty; give some words, or leave it out "
@@ -200,6 +207,9 @@ def run(ns: argparse.Namespace) -> int:
     if ns.example in catalog.MODEL_EXAMPLES:
         ns = _model_example(ns)
     sentence = _sentence(ns)
+    if ns.full and not ns.json:  # was silently ignored
+        raise UsageError("--full: only works with --json (every value of the JSON trace); add "
+                         "--json, or leave it out")  # fmt: skip
     if ns.model is None:  # options that only act on a model's attention do nothing without one
         given = (("--top-k", ns.top_k is not None), ("--skip-special", ns.skip_special))
         unused = [option for option, was_given in given if was_given]

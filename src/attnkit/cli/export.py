@@ -66,6 +66,8 @@ def run(ns: argparse.Namespace) -> int:
     out = Path(ns.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"OUT: {ns.out} exists and is not an empty directory; choose a new one")
+    if not out.absolute().parent.is_dir():  # as -o / --output of the other verbs
+        raise UsageError(f"OUT: the directory '{out.absolute().parent}' does not exist")
     loaded = session.load(ns.ckpt, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     if loaded.kind == "lm":

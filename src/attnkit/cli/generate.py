@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
+from attnkit.cli.common import (
+    UsageError,
+    add_device,
+    on_device,
+    one_line,
+    option_names,
+    utf8_text,
+)
 
 NAME = "generate"
 EXAMPLES = """\
@@ -61,6 +68,16 @@ def _run(ns: argparse.Namespace) -> int:
     from attnkit.train import tokenizer as tk
     from attnkit.train.lm_generate import generate_ids
 
+    names = {
+        "max_new_tokens": "--max-new-tokens",
+        "temperature": "--temperature",
+        "top_k": "--top-k",
+        "top_p": "--top-p",
+        "prompt": "--prompt",
+        "seed": "--seed",
+    }
+    with option_names(names):
+        _check_options(ns)
     loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":
         raise UsageError(
@@ -68,13 +85,6 @@ def _run(ns: argparse.Namespace) -> int:
             f'{loaded.train_config.task}); use attnkit translate --ckpt {ns.ckpt} "..."'
         )
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
-    names = {
-        "max_new_tokens": "--max-new-tokens",
-        "temperature": "--temperature",
-        "top_k": "--top-k",
-        "top_p": "--top-p",
-        "prompt": "--prompt",
-    }
     tok = loaded.tokenizer
     with option_names(names):
         enc = tok.encode(ns.prompt, add_special_tokens=False)
@@ -117,6 +127,22 @@ def _run(ns: argparse.Namespace) -> int:
                 shown = text
         out.write(_safe(tk.decode(tok, enc.ids + new)[len(head) :][len(shown) :]) + "\n")
     return 0
+
+
+def _check_options(ns: argparse.Namespace) -> None:
+    """The prompt's encoding and the numeric options, before the checkpoint is read: a bad
+    value is refused even when greedy decoding (--temperature 0) would not use it."""
+    from attnkit import checks
+
+    utf8_text("--prompt", ns.prompt)
+    checks.positive_int("max_new_tokens", ns.max_new_tokens)
+    checks.nonnegative_int("seed", ns.seed, maximum=2**63 - 1)
+    if checks.finite_float("temperature", ns.temperature, "a number >= 0 (0 = greedy)") < 0:
+        raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {ns.temperature}")
+    if ns.top_k is not None:
+        checks.positive_int("top_k", ns.top_k)
+    if ns.top_p is not None and not 0.0 < checks.finite_float("top_p", ns.top_p) <= 1.0:
+        raise ValueError(f"top_p: expected a number in (0, 1], got {ns.top_p}")
 
 
 def _safe(text: str) -> str:

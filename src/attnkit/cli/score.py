@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import UsageError
+from attnkit.cli.common import UsageError, utf8_text
 
 NAME = "score"
 EXAMPLES = """\
@@ -47,7 +47,8 @@ def _lines(option: str, path: str) -> list[str]:
     from attnkit.train.data import DataError, read_lines
 
     if path == "-":
-        return sys.stdin.read().splitlines()
+        lines = sys.stdin.read().splitlines()
+        return [utf8_text(option, s, f": standard input line {n}") for n, s in enumerate(lines, 1)]
     try:
         return read_lines(path)
     except DataError as e:

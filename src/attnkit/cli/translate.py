@@ -5,10 +5,18 @@ file, optionally as an n-best list."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
+from attnkit.cli.common import (
+    UsageError,
+    add_device,
+    on_device,
+    one_line,
+    option_names,
+    utf8_text,
+)
 
 NAME = "translate"
 EXAMPLES = """\
@@ -77,6 +85,8 @@ def _check(ns: argparse.Namespace) -> None:
         value = getattr(ns, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')}: expected a positive int, got {value}")
+    if not math.isfinite(ns.length_penalty):  # also with --beam 1, which does not use it
+        raise UsageError(f"--length-penalty: expected a finite number, got {ns.length_penalty}")
     if ns.n_best is not None and ns.n_best > ns.beam:
         raise UsageError(
             f"--n-best: expected at most --beam ({ns.beam}) hypotheses, got {ns.n_best}; use "
@@ -87,7 +97,7 @@ def _check(ns: argparse.Namespace) -> None:
     if ns.sentences.count("-") and len(ns.sentences) > 1:
         raise UsageError("translate: '-' (standard input) must be the only SENTENCE")
     for s in ns.sentences:
-        if not s.strip():
+        if not utf8_text("SENTENCE", s).strip():
             raise UsageError("translate: a SENTENCE is empty")
     if ns.view is not None:
         from attnkit.viz.weights import check_output_path
@@ -115,7 +125,8 @@ def _inputs(ns: argparse.Namespace) -> list[str]:
         return ns.sentences
     if sys.stdin.isatty():
         print("reading sentences from standard input, one per line (Ctrl-D ends)", file=sys.stderr)
-    return [s.strip() for s in sys.stdin.read().splitlines()]
+    lines = sys.stdin.read().splitlines()
+    return [utf8_text("standard input", s, f" line {n}").strip() for n, s in enumerate(lines, 1)]
 
 
 def _check_vocabulary(tok, lines: list[str], strict: bool) -> None:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line
+from attnkit.cli.common import UsageError, one_line, utf8_text
 from attnkit.cli.model_attentions import add_download_option
 
 NAME = "view"
@@ -92,14 +92,19 @@ def index_list(option: str, text: str | None, n: int) -> list[int]:
             raise UsageError(
                 f'view: {option}: expected indices like "0,2-4", got {text!r}'
             ) from None
-        if a > b or a < 0 or b >= n:
-            raise UsageError(f"view: {option}: expected indices in [0, {n - 1}], got {part!r}")
+        if a > b:
+            raise UsageError(
+                f"view: {option}: expected a range LO-HI with LO <= HI, got {part.strip()!r}"
+            )
+        if a < 0 or b >= n:
+            bound = "indices in [0, 2**30)" if n == _ANY else f"indices in [0, {n - 1}]"
+            raise UsageError(f"view: {option}: expected {bound}, got {part!r}")
         out.update(range(a, b + 1))
     return sorted(out)
 
 
 def _read_text(ns: argparse.Namespace) -> str:
-    sentence = " ".join(ns.sentence).strip()
+    sentence = utf8_text("SENTENCE", " ".join(ns.sentence)).strip()
     if ns.file is not None:
         if sentence:
             raise UsageError("view: give either SENTENCE or --file, not both")

@@ -230,6 +230,11 @@ class KVCache:
                 raise ValueError(
                     f"{name}: expected 4 dims (B, G, Ln, {d}), got shape {tuple(t.shape)}"
                 )
+            if 0 in (t.shape[0], t.shape[1], t.shape[3]):
+                raise ValueError(
+                    f"{name}: expected B, G and {d} of (B, G, Ln, {d}) to be at least 1, "
+                    f"got shape {tuple(t.shape)}"
+                )
         if v.shape[:3] != k.shape[:3]:
             raise ValueError(
                 f"v: expected (B, G, Ln) = {tuple(k.shape[:3])} like k, got {tuple(v.shape)}"

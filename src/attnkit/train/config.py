@@ -214,8 +214,10 @@ class TrainConfig:
             raise ValueError(f"dropout: expected a number in [0, 1), got {self.dropout}")
         probability("label_smoothing", self.label_smoothing)
         positive_float("lr_factor", self.lr_factor)
-        finite_float("weight_decay", self.weight_decay)
-        finite_float("clip", self.clip)
+        for name in ("weight_decay", "clip"):  # 0 = off; a negative value is a typo
+            x = getattr(self, name)
+            if finite_float(name, x, "a non-negative number") < 0:
+                raise ValueError(f"{name}: expected a non-negative number, got {x}")
         if self.max_steps is not None:
             positive_int("max_steps", self.max_steps)
         if self.max_minutes is not None:
