@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import math
 
 import numpy as np
@@ -24,8 +24,10 @@ from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.cpu import native_bf16
 from attnkit.kernels.decode import backend as decode_backend
+from attnkit.kernels.decode import kernel as decode_kernel
 from attnkit.kernels.decode import split_k as SK
 from attnkit.kernels.decode.kernel import SCORE_LIMIT
+from attnkit.kernels.tuning import current, use
 from tests.kernels import test_decode as T
 from tests.support.numerics import to_np
 
@@ -171,37 +173,61 @@ def test_bf16_is_refused_with_a_reason_without_native_bf16(monkeypatch):
 
 
 @pytest.fixture
-def split_k_for_float32(monkeypatch):
+def split_k_for_float32():
     """Every float32 decode step on the split-K kernel (where the mask allows its whole range)."""
-    monkeypatch.setattr(decode_backend, "SPLIT_K_MIN_BYTES", 0)
+    with use(dataclasses.replace(current(), decode_split_k_min_bytes=0)):
+        yield
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The calls that ran on the split-K kernel."""
+    runs = []
+
+    def count(*args):
+        runs.append(1)
+        return SK.attend_split_k(*args)
+
+    monkeypatch.setattr(decode_kernel, "attend_split_k", count)
+    return runs
 
 
 @pytest.mark.usefixtures("split_k_for_float32")
-@pytest.mark.parametrize(
-    "test",
-    [
-        T.test_strided_caches,
-        T.test_expanded_caches,
-        T.test_decode_step_equals_the_last_rows_of_a_full_forward,
-        T.test_fully_masked_rows_give_zero,
-        T.test_huge_scores_are_redone_in_float64,
-        T.test_batch_with_different_lengths_equals_each_row_alone,
-    ],
-    ids=lambda f: f.__name__,
-)
-def test_float32_decode_tests_on_the_split_k_kernel(test):
-    params = inspect.signature(test).parameters
-    if params:  # the parametrised ones: every case
-        for layout in ("buffer", "transposed", "stepped", "offset"):
-            for grouped in (False, True):
-                test(layout, grouped)
+@pytest.mark.parametrize("layout", ["buffer", "transposed", "stepped", "offset", "expanded"])
+@pytest.mark.parametrize("g", [None, 1, 2])
+@pytest.mark.parametrize("lk", [1, 97, 2049])
+def test_float32_cache_layouts_on_the_split_k_kernel(layout, g, lk, counted):
+    """One generated token (bottom-right causal: every key allowed) against each cache layout."""
+    batch = (2, 4)
+    q, k, v = T._qkv(batch, 1, lk, d=16, dv=16, g=g, seed=lk)
+    if layout == "expanded":
+        ks, vs = k[:1, :1].expand(k.shape), v[:1, :1].expand(v.shape)
     else:
-        test()
+        ks, vs = T._cache_layouts(k)[layout], T._cache_layouts(v)[layout]
+    fn = F.scaled_dot_product_attention if g is None else F.grouped_query_attention
+    with torch.no_grad():
+        out = fn(q, ks, vs, M.causal("bottom_right"), backend="decode")
+    T._close(out, T._ref(q, ks.contiguous(), vs.contiguous(), None))
+    assert counted
 
 
 @pytest.mark.usefixtures("split_k_for_float32")
-@pytest.mark.parametrize("g", [1, 2, 4])
-@pytest.mark.parametrize("kind", ["none", "causal_br", "window_br", "key_padding"])
-@pytest.mark.parametrize("lq,lk", [(1, 2049), (4, 97), (16, 7)])
-def test_float32_grouped_heads_on_the_split_k_kernel(g, kind, lq, lk):
-    T.test_grouped_heads_match_the_reference(g, kind, lq, lk)
+def test_float32_step_equals_the_last_row_of_a_full_forward(counted):
+    """Bottom-right causal and a 64-key window at Lq = 1 against the full forward's last row."""
+    lk = 2049
+    q, k, v = T._qkv((1, 4), lk, lk, seed=9)
+    for full_mask, step_mask in [
+        (M.causal(), M.causal("bottom_right")),
+        (M.sliding_window(64, 0), M.sliding_window(64, 0, "bottom_right")),
+    ]:
+        with torch.no_grad():
+            full = F.scaled_dot_product_attention(q, k, v, full_mask, backend="math")
+            step = F.scaled_dot_product_attention(q[..., -1:, :], k, v, step_mask, backend="decode")
+        T._close(step, to_np(full[..., -1:, :]))
+    assert len(counted) == 2
+
+
+@pytest.mark.usefixtures("split_k_for_float32")
+def test_float32_huge_scores_on_the_split_k_kernel_are_redone_in_float64(counted):
+    T.test_huge_scores_are_redone_in_float64()
+    assert counted

@@ -19,7 +19,11 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 ``backend="auto"`` takes float32 steps from DECODE_MIN_KV cached keys holding DECODE_MIN_BYTES
 of k and v: below that, SDPA's lower fixed cost per call wins. bfloat16 steps it takes at any
 length (SDPA's bf16 path on CPU is several times slower per key). float32 steps run on the
-split-K kernel from SPLIT_K_MIN_BYTES of k and v (when numba runs), on torch ops below.
+split-K kernel from ``decode_split_k_min_bytes`` of k and v, on torch ops below. That
+:class:`~attnkit.kernels.tuning.Tuning` field is measured by ``attnkit tune``; its default is
+"never": on the 2-core AVX-512 EPYC, under load, q (1, 8, 1, 64) took 51/134 us on torch ops
+against 91/246 us on split-K at Lk 512/2048, equal within noise at 32k (one thread, CPU time
+at 2k: 184 against 187 us).
 
 The overflow policy is checked inside the step (:mod:`.kernel`); a step whose scores or output
 break it is redone by ``dense`` under the full policy (float64 when P5 asks, P6 for NaN and
@@ -39,12 +43,12 @@ from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.decode.kernel import attend
 from attnkit.kernels.decode.split_k import numba_missing
 from attnkit.kernels.dense import DenseBackend
+from attnkit.kernels.tuning import current
 
 __all__ = [
     "DECODE_MAX_Q",
     "DECODE_MIN_BYTES",
     "DECODE_MIN_KV",
-    "SPLIT_K_MIN_BYTES",
     "DecodeBackend",
 ]
 
@@ -60,14 +64,6 @@ below them SDPA's smaller fixed cost per call wins even with the policy's scan. 
 measured on a 2-core AVX-512 EPYC (q (1, 8, 1, 64): decode ahead from Lk = 512, 2 MiB; q
 (1, 2, 4, 32): SDPA ahead up to Lk = 2048, 1 MiB). Named constants for the measured dispatch
 tuning to replace."""
-
-
-SPLIT_K_MIN_BYTES: int | None = None
-"""Bytes of k and v from which a float32 step runs on the numba split-K kernel rather than on
-torch ops (bfloat16 always runs there); None: never. Measured on the 2-core AVX-512 EPYC (under
-load, medians and minima agree), q (1, 8, 1, 64): torch ops 51/134 us against split-K 91/246
-us at Lk 512/2048; equal within noise at 32k; one thread, CPU time at 2k: 184 against 187 us.
-torch's batched GEMV beats the kernel's per-key dot products, so float32 stays on torch ops."""
 
 
 class DecodeBackend(Backend):
@@ -107,9 +103,8 @@ class DecodeBackend(Backend):
         return []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
-        least = SPLIT_K_MIN_BYTES
         split_k = call.dtype == torch.bfloat16 or (
-            least is not None and _bytes(call) >= least and numba_missing() is None
+            _bytes(call) >= current().decode_split_k_min_bytes and numba_missing() is None
         )
         res = attend(call.q, call.k, call.v, call.mask, call.scale, split_k)
         if res is None:  # the scores or the output broke the policy: redo it the exact way
