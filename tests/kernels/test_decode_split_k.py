@@ -57,6 +57,7 @@ def _ref(q, k, v, scale):
 def test_kernel_matches_the_float64_reference(dtype, n, rows, threads, monkeypatch):
     """Every key split size (MIN_SPLIT 1 forces many splits) and thread count."""
     monkeypatch.setattr(SK, "MIN_SPLIT", 1 if n < 100 else 256)
+    monkeypatch.setattr(SK, "ONE_THREAD_BYTES", 0)  # small calls on every thread too
     q, k, v = _inputs(3 if rows == 1 else 1, rows, n, dtype=dtype, seed=n + rows)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -27,10 +27,14 @@ from torch import Tensor
 
 from attnkit.kernels import numba_runtime as runtime
 
-__all__ = ["MIN_SPLIT", "attend_split_k", "numba_missing"]
+__all__ = ["MIN_SPLIT", "ONE_THREAD_BYTES", "attend_split_k", "numba_missing"]
 
 MIN_SPLIT = 256
 """Fewest keys of one split: below it the partial softmax's fixed cost outweighs the work."""
+
+ONE_THREAD_BYTES = 2**18
+"""k and v bytes below which the step runs in the calling thread: handing work to another
+thread costs more than reading this much."""
 
 KERNEL_FILES = [
     Path(__file__).with_name("nb_kernels.py"),
@@ -75,7 +79,8 @@ def attend_split_k(q3: Tensor, k3: Tensor, v3: Tensor, scale: float, limit: floa
     k3, v3 = _rows(k3), _rows(v3)
     blocks, rows, dk = q3.shape
     n, dv = k3.shape[1], v3.shape[2]
-    threads = torch.get_num_threads()
+    size = k3.numel() * k3.element_size() + v3.numel() * v3.element_size()
+    threads = 1 if size < ONE_THREAD_BYTES else torch.get_num_threads()
     splits = splits_for(blocks, n, threads)
     chunk = -(-n // splits)
     splits = -(-n // chunk)
