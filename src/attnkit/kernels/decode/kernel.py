@@ -10,10 +10,12 @@ a grouped cache is read once for all its query heads and never repeated::
     out = p @ v[..., keys, :]                          # one read of V
 
 ``keys`` is the range of keys the mask can allow (:mod:`.keys`): a sliding window reads only its
-window. Both products run on torch's threads as its batched matrix products share them out (the
-(batch, head) pairs, or the columns of one product); there is no explicit split of the keys
-(flash-decoding's split-K): with the scores materialised, a softmax over the whole row replaces
-the combination of partial softmaxes.
+window. On torch ops (float32), both products run on torch's threads as its batched matrix
+products share them out; with the scores materialised, a softmax over the whole row replaces the
+combination of partial softmaxes. When the mask allows every key of the range, the step can
+instead run on the numba split-K kernel (:mod:`.split_k`: flash-decoding's partial softmaxes
+over key splits on every thread, then one combine); bfloat16 always does (a bf16 step whose mask
+needs a tile returns None: the caller redoes it exactly), float32 from the tuned crossover.
 
 The overflow policy (:mod:`attnkit.kernels.numerics`, P5/P6) is checked on what the step reads,
 inside the same pass, not by a separate scan of the cache: the scores are accepted only when
