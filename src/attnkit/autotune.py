@@ -333,6 +333,32 @@ def additive_tiles(budget: Budget) -> Found:
     )
 
 
+def decode_split_k(budget: Budget) -> Found:
+    """``decode_split_k_min_bytes``: the least k and v bytes from which a float32 decode step
+    (q (1, 8, 1, 64)) is faster on the numba split-K kernel than on torch ops, by the margin at
+    every larger measured size; 2**40 (never) otherwise or without numba."""
+    from attnkit.kernels.decode.kernel import attend
+    from attnkit.kernels.decode.split_k import numba_missing
+
+    if numba_missing():
+        return Found({}, numba_missing() or "numba is not usable")
+    sizes = [512, 2048, 8192, 32768] if budget.length >= 1024 else [512, 2048]
+    seen, least = [], None
+    for lk in sizes:
+        q, k, v = _qkv(1, 8, 1, lk=lk)
+        fns = {s: (lambda s=s, x=(q, k, v): attend(*x, None, 0.125, s)) for s in (False, True)}
+        with torch.inference_mode():
+            times = _best_times(fns, 10 * budget.reps)
+        ratio = times[False] / times[True]
+        seen.append(f"Lk {lk}: split-K {ratio:.2f}x")
+        if ratio >= budget.margin and least is None:
+            least = 2 * k.numel() * k.element_size()
+        elif ratio < budget.margin:
+            least = None  # must win at every larger size
+    found = {"decode_split_k_min_bytes": least if least is not None else 2**40}
+    return Found(found, "float32 decode, split-K kernel against torch ops: " + ", ".join(seen))
+
+
 MEASUREMENTS: tuple[Callable[[Budget], Found], ...] = (
     planner_costs,
     blocks,
@@ -340,6 +366,7 @@ MEASUREMENTS: tuple[Callable[[Budget], Found], ...] = (
     element_calls,
     scan_threads,
     additive_tiles,
+    decode_split_k,
 )
 """What ``attnkit tune`` measures, in order (later ones use the constants earlier ones set)."""
 

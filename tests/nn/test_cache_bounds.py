@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -173,3 +174,31 @@ def test_bounds_of_an_empty_cache_are_zero_and_finite():
     grown = b.extend(k, torch.ones_like(k))
     assert grown.k_max.tolist() == [7.0, float("inf")]
     assert grown.finite.tolist() == [True, False]
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8, 9, 20])  # both sides of kv_bounds.FEW_ROWS
+def test_row_bounds_match_a_torch_scan_with_nan_and_inf(batch):
+    """RowBounds.of / bounds (row by row with the bit scan for few rows, torch reductions for
+    many) against max|k| and isfinite computed directly; NaN wins over inf in a row."""
+    from attnkit.kernels import scan
+    from attnkit.kernels.kv_bounds import RowBounds
+
+    g = torch.Generator().manual_seed(batch)
+    k, v = torch.randn(batch, 2, 5, 4, generator=g), torch.randn(batch, 2, 5, 3, generator=g)
+    if batch > 1:
+        k[1, 0, 2, 1] = float("inf")
+        v[-1, 1, 0, 0] = float("nan")
+    if batch > 2:
+        k[2, 1, 4, 3], k[2, 0, 0, 0] = float("nan"), float("-inf")
+    for _ in range(scan.WARM_CALLS + 1):  # past the warm-up scans, onto the bit scan
+        b = RowBounds.of(k, v)
+    want = [math.nan if r.isnan().any() else float(r.abs().max()) for r in k]
+    np.testing.assert_array_equal(b.k_max.numpy(), np.array(want))
+    ok = [bool(torch.isfinite(k[i]).all() and torch.isfinite(v[i]).all()) for i in range(batch)]
+    assert b.finite.tolist() == ok
+    total = b.bounds()
+    assert total.finite == all(ok)
+    if batch > 2:
+        assert math.isnan(total.max_abs_k)
+    elif batch == 1:
+        assert total.max_abs_k == want[0]

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.kernels import scan
+
 __all__ = ["KNOWN_LIMIT", "KVBounds", "RowBounds", "known", "remember"]
+
+FEW_ROWS = 8
+"""Batch rows up to which the bounds are computed row by row with the bit scan and Python
+(a few microseconds) rather than with torch reductions (a few microseconds each)."""
 
 KNOWN_LIMIT = 256
 """Most (k, v) pairs remembered at once (one per cache layer; the oldest are forgotten)."""
@@ -49,6 +55,13 @@ class RowBounds:
         if k.numel() == 0:  # no rows yet (an empty cache, or a window cropped to nothing)
             zeros = torch.zeros(k.shape[0], dtype=torch.float64, device=k.device)
             return cls(zeros, torch.ones(k.shape[0], dtype=torch.bool, device=k.device))
+        if k.shape[0] <= FEW_ROWS:  # a few batch rows: one bit scan of each (no torch ops)
+            km = [scan.absmax(k[b]) for b in range(k.shape[0])]
+            ok = [math.isfinite(m) and math.isfinite(scan.absmax(v[b])) for b, m in enumerate(km)]
+            return cls(
+                torch.tensor(km, dtype=torch.float64, device=k.device),
+                torch.tensor(ok, dtype=torch.bool, device=k.device),
+            )
         k_max = k.abs().amax(dim=(1, 2, 3)).double()  # amax propagates NaN
         finite = torch.isfinite(k_max) & torch.isfinite(v).flatten(1).all(1)
         return cls(k_max, finite)
@@ -63,6 +76,11 @@ class RowBounds:
         return RowBounds(self.k_max.index_select(0, index), self.finite.index_select(0, index))
 
     def bounds(self) -> KVBounds:
+        """max|k| over all rows (NaN when one row's is) and whether every row is finite."""
+        if self.k_max.numel() <= FEW_ROWS:  # Python on a few values beats torch's reductions
+            km = self.k_max.tolist()
+            m = math.nan if any(math.isnan(x) for x in km) else max(km, default=0.0)
+            return KVBounds(m, all(self.finite.tolist()) and math.isfinite(m))
         m, ok = torch.stack([self.k_max.max(), self.finite.all().double()]).tolist()
         return KVBounds(m, bool(ok) and math.isfinite(m))
 

@@ -105,6 +105,15 @@ class Tuning:
     additive_block_k: int = field(
         default=128, metadata=_doc("keys per tile of the fused additive kernels", 8, 2048)
     )
+    decode_split_k_min_bytes: int = field(
+        default=2**40,
+        metadata=_doc(
+            "bytes of k and v from which a float32 decode step runs on the numba split-K "
+            "kernel instead of torch ops (2**40: never)",
+            0,
+            2**40,
+        ),
+    )
     measured: tuple[str, ...] = ()
     measured_on: str | None = None
 

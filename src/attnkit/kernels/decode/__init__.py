@@ -5,6 +5,8 @@
 - :mod:`.kernel` — the step: grouped heads folded into rows, the policy's checks on the scores and
   the output, the exact redo when they fail.
 - :mod:`.keys` — the key range and the allowed tile of a mask for a decode step.
+- :mod:`.split_k` / :mod:`.nb_kernels` — the numba split-K step (float32 or bf16 K and V) and its
+  kernels.
 """
 
 from attnkit.kernels.decode.backend import (

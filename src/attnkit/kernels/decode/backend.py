@@ -4,7 +4,10 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 
 - Lq <= DECODE_MAX_Q query rows (a generated token, or a short speculative block). Longer query
   blocks are prefill: ``blocksparse`` and ``dense`` are faster there.
-- float32 on CPU (bfloat16, float16 and float64 go to ``dense``, which follows P4/P5 for them).
+- float32 on CPU, and bfloat16 where the CPU has native bf16 (:func:`attnkit.cpu.native_bf16`)
+  and numba runs: the split-K kernel (:mod:`.split_k`) reads bf16 K and V and accumulates in
+  float32 (P4). A bf16 step whose mask needs a tile is redone by ``dense``. float16, float64
+  and bf16 elsewhere go to ``dense``, which follows P4/P5 for them.
 - grouped k/v heads without repeating them (``supports_gqa``).
 - masks without a score bias: causal and sliding windows (bottom-right aligned for a cache; any
   alignment works), key padding (lengths or a ``key_padding_mask``), their intersections, and any
@@ -13,25 +16,41 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 - no gradients: decoding is inference. A call whose inputs require grad goes to ``dense`` (the
   dispatcher's reason says so), as do ``return_weights`` and dropout.
 
-``backend="auto"`` takes it from DECODE_MIN_KV cached keys holding DECODE_MIN_BYTES of k and v:
-below that, SDPA's lower fixed cost per call wins. The overflow policy is checked inside the
-step (:mod:`.kernel`); a step whose scores or output break it is redone by ``dense`` under the
-full policy (float64 when P5 asks, P6 for NaN and inf), so the result always follows
-:mod:`attnkit.kernels.numerics`.
+``backend="auto"`` takes float32 steps from DECODE_MIN_KV cached keys holding DECODE_MIN_BYTES
+of k and v: below that, SDPA's lower fixed cost per call wins. bfloat16 steps it takes at any
+length (SDPA's bf16 path on CPU is several times slower per key). float32 steps run on the
+split-K kernel from ``decode_split_k_min_bytes`` of k and v, on torch ops below. That
+:class:`~attnkit.kernels.tuning.Tuning` field is measured by ``attnkit tune``; its default is
+"never": on the 2-core AVX-512 EPYC, under load, q (1, 8, 1, 64) took 51/134 us on torch ops
+against 91/246 us on split-K at Lk 512/2048, equal within noise at 32k (one thread, CPU time
+at 2k: 184 against 187 us).
+
+The overflow policy is checked inside the step (:mod:`.kernel`); a step whose scores or output
+break it is redone by ``dense`` under the full policy (float64 when P5 asks, P6 for NaN and
+inf), so the result always follows :mod:`attnkit.kernels.numerics`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from attnkit.cpu import native_bf16
 from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.decode.kernel import attend
+from attnkit.kernels.decode.split_k import numba_missing
 from attnkit.kernels.dense import DenseBackend
+from attnkit.kernels.tuning import current
 
-__all__ = ["DECODE_MAX_Q", "DECODE_MIN_BYTES", "DECODE_MIN_KV", "DecodeBackend"]
+__all__ = [
+    "DECODE_MAX_Q",
+    "DECODE_MIN_BYTES",
+    "DECODE_MIN_KV",
+    "DecodeBackend",
+]
 
 DECODE_MAX_Q = 16
 """Most query rows a decode call has (a token, or a short block of draft tokens)."""
@@ -50,7 +69,7 @@ tuning to replace."""
 class DecodeBackend(Backend):
     name = "decode"
     kinds = ("dot",)
-    dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32,)
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16)
     devices = ("cpu",)
     supports_grad = False
     supports_bias = False
@@ -62,12 +81,20 @@ class DecodeBackend(Backend):
             r.append(f"Lq = {call.q_len} query rows: decode serves at most {DECODE_MAX_Q}")
         if call.k.shape[-1] != call.q.shape[-1]:
             r.append("k and q have different widths")
+        if call.dtype == torch.bfloat16:
+            if not _native_bf16():
+                r.append("bfloat16 decode runs only on CPUs with native bf16 (avx512_bf16/amx)")
+            why = numba_missing()
+            if why:
+                r.append(f"bfloat16 decode needs numba: {why}")
         return r
 
     def speed_reasons(self, call: AttentionCall) -> list[str]:
+        if call.dtype == torch.bfloat16:
+            return []
         if call.kv_len < DECODE_MIN_KV:
             return [f"Lk = {call.kv_len} < {DECODE_MIN_KV} cached keys: SDPA is faster there"]
-        size = (call.k.numel() + call.v.numel()) * call.k.element_size()
+        size = _bytes(call)
         if size < DECODE_MIN_BYTES:
             return [
                 f"k and v hold {size / 2**20:.2f} MiB < {DECODE_MIN_BYTES / 2**20:g} MiB: "
@@ -76,10 +103,24 @@ class DecodeBackend(Backend):
         return []
 
     def run(self, call: AttentionCall) -> tuple[Tensor, None]:
-        res = attend(call.q, call.k, call.v, call.mask, call.scale)
+        split_k = call.dtype == torch.bfloat16 or (
+            _bytes(call) >= current().decode_split_k_min_bytes and numba_missing() is None
+        )
+        res = attend(call.q, call.k, call.v, call.mask, call.scale, split_k)
         if res is None:  # the scores or the output broke the policy: redo it the exact way
             return _EXACT.run(call)
         return res[0], None
+
+
+@functools.cache
+def _native_bf16() -> bool:
+    """:func:`attnkit.cpu.native_bf16` of this CPU, read once."""
+    return bool(native_bf16())
+
+
+def _bytes(call: AttentionCall) -> int:
+    """Bytes of k and v as the call holds them."""
+    return (call.k.numel() + call.v.numel()) * call.k.element_size()
 
 
 _EXACT = DenseBackend()

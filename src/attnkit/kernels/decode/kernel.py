@@ -10,10 +10,12 @@ a grouped cache is read once for all its query heads and never repeated::
     out = p @ v[..., keys, :]                          # one read of V
 
 ``keys`` is the range of keys the mask can allow (:mod:`.keys`): a sliding window reads only its
-window. Both products run on torch's threads as its batched matrix products share them out (the
-(batch, head) pairs, or the columns of one product); there is no explicit split of the keys
-(flash-decoding's split-K): with the scores materialised, a softmax over the whole row replaces
-the combination of partial softmaxes.
+window. On torch ops (float32), both products run on torch's threads as its batched matrix
+products share them out; with the scores materialised, a softmax over the whole row replaces the
+combination of partial softmaxes. When the mask allows every key of the range, the step can
+instead run on the numba split-K kernel (:mod:`.split_k`: flash-decoding's partial softmaxes
+over key splits on every thread, then one combine); bfloat16 always does (a bf16 step whose mask
+needs a tile returns None: the caller redoes it exactly), float32 from the tuned crossover.
 
 The overflow policy (:mod:`attnkit.kernels.numerics`, P5/P6) is checked on what the step reads,
 inside the same pass, not by a separate scan of the cache: the scores are accepted only when
@@ -36,6 +38,7 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels.decode.keys import KeyRange, allowed_tile, key_range
+from attnkit.kernels.decode.split_k import attend_split_k
 from attnkit.kernels.numerics import OVERFLOW_MARGIN
 from attnkit.masks import Mask
 
@@ -72,11 +75,15 @@ def _flat(x: Tensor) -> Tensor:
 
 
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, scale: float
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask | None, scale: float, split_k: bool = False
 ) -> tuple[Tensor, KeyRange] | None:
-    """(output (..., H, Lq, dv) in q's dtype, the key range read) for float32 q (..., H, Lq, dk),
+    """(output (..., H, Lq, dv) in q's dtype, the key range read) for q (..., H, Lq, dk),
     k (..., G, Lk, dk), v (..., G, Lk, dv) (G divides H; mask without bias, lined up with q's
-    batch dims); None when the scores or the output break the policy (redo the call exactly)."""
+    batch dims); None when the scores or the output break the policy (redo the call exactly).
+
+    float32 runs on torch ops, or on the numba split-K kernel (:mod:`.split_k`) when
+    ``split_k`` and the mask allows every key of its range; bfloat16 runs only there (None,
+    i.e. redo exactly, when the mask needs a tile)."""
     squeeze = q.dim() == 2
     if squeeze:
         q, k, v = q[None], k[None], v[None]
@@ -94,10 +101,18 @@ def attend(
     n, dv = k.shape[-2], v.shape[-1]
     q3 = q.reshape(-1, g * lq, q.shape[-1])  # (N, g*Lq, dk): the g heads of a group as rows
     k3, v3 = _flat(k), _flat(v)  # (N, n, d): views for contiguous and cache-buffer layouts
+    allowed = allowed_tile(mask, keys, lq, lk)
+    if q.dtype != torch.float32 and allowed is not None:
+        return None
+    if allowed is None and (split_k or q.dtype != torch.float32):
+        o3 = attend_split_k(q3, k3, v3, scale, SCORE_LIMIT)
+        if o3 is None:
+            return None
+        out = o3.to(q.dtype).reshape(out_shape)
+        return (out[0] if squeeze else out), keys
     # s = scale * q kᵀ (beta = 0: the input's values are ignored, only its shape broadcasts)
     s = torch.baddbmm(_ZERO, q3, k3.transpose(1, 2), beta=0.0, alpha=scale)  # (N, g*Lq, n)
     lo, hi = torch.aminmax(s)
-    allowed = allowed_tile(mask, keys, lq, lk)
     row_ok = None
     if allowed is not None:
         a5 = _grouped_mask(allowed, batch, groups)  # (..., G|1, g|1, Lq, n)
