@@ -4,6 +4,7 @@ is nanoGPT's get_lr."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -41,6 +42,22 @@ def test_peer_schedule_is_nanogpts():
     assert lm_peer.lr_at(100, r) == pytest.approx(1e-3)
     assert lm_peer.lr_at(1050, r) == pytest.approx(1e-4 + 0.5 * 0.9e-3)
     assert lm_peer.lr_at(2000, r) == pytest.approx(1e-4)
+
+
+def test_best_child_stops_at_its_budget(tmp_path):
+    """The best row's child: a time budget (seconds) stops it before its planned steps, within
+    one step of the budget (the trainer checks it after each step)."""
+    data = tmp_path / "t.txt"
+    data.write_text(RHYME * 40, encoding="utf-8")
+    cmd = [sys.executable, str(BENCH / "lm_race.py"), "--child", "best", "--steps", "100000",
+           "--budget", "3", "--data", str(data)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=BENCH)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert 1 <= r["steps"] < 100000 and math.isfinite(r["val_nats"])
+    step_s = r["train_s"] / r["steps"]
+    assert 3.0 <= r["train_s"] <= 3.0 + 2 * step_s + 0.5
+    assert r["cpu_s"] > 0
 
 
 def _race():
