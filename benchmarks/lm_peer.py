@@ -117,7 +117,8 @@ def val_nats(model: nn.Module, val: torch.Tensor, block: int) -> float:
 
 
 def train(text: str, r: Recipe) -> dict:
-    """Train the peer; {"steps_per_s", "train_s", "val_nats", "last_loss"}."""
+    """Train the peer; {"steps_per_s", "train_s", "cpu_s", "val_nats", "last_loss"} (train_s:
+    wall seconds of the training loop, cpu_s: the CPU seconds the process spent in it)."""
     torch.manual_seed(r.seed)
     tr, va, vocab = encode(text)
     model = GPT(vocab, r)
@@ -128,7 +129,7 @@ def train(text: str, r: Recipe) -> dict:
     ]
     opt = torch.optim.AdamW(groups, lr=r.lr, betas=r.betas)
     gen = torch.Generator().manual_seed(r.seed)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     loss = torch.zeros(())
     for it in range(r.steps):
         for g in opt.param_groups:
@@ -142,10 +143,11 @@ def train(text: str, r: Recipe) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), r.clip)
         opt.step()
-    train_s = time.perf_counter() - t0
+    train_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     return {
         "steps_per_s": r.steps / train_s,
         "train_s": train_s,
+        "cpu_s": cpu_s,
         "val_nats": val_nats(model, va, r.block),
         "last_loss": loss.item(),
     }

@@ -7,11 +7,12 @@ from __future__ import annotations
 import csv
 import json
 import re
+import time
 
 import pytest
 
 from attnkit.train.config import TrainConfig
-from attnkit.train.progress import CSV_COLUMNS
+from attnkit.train.progress import CSV_COLUMNS, CsvLog
 from attnkit.train.trainer import train
 
 
@@ -26,8 +27,13 @@ def csv_rows(run) -> list[dict]:
 
 def test_metrics_csv_matches_the_log_and_survives_resume(tmp_path, tiny):
     run = tmp_path / "run"
+    cpu0 = time.process_time()
     train(TrainConfig(**tiny, max_steps=8), run, echo=quiet)
+    cpu = time.process_time() - cpu0
     log = [json.loads(s) for s in (run / "log.jsonl").read_text().splitlines()]
+    # cpu_s: this process's CPU seconds inside the run, growing, within what train() took
+    spent = [r["cpu_s"] for r in log if "loss" in r]
+    assert len(spent) == 8 and 0 < spent[0] and spent == sorted(spent) and spent[-1] <= cpu
     rows = csv_rows(run)
     assert tuple(rows[0]) == CSV_COLUMNS and len(rows) == len(log)
     for r, want in zip(rows, log):
@@ -39,6 +45,24 @@ def test_metrics_csv_matches_the_log_and_survives_resume(tmp_path, tiny):
     steps = [(int(r["step"]), r["loss"] != "") for r in csv_rows(run)]
     assert len(steps) == len(set(steps))
     assert [s for s, is_train in steps if is_train] == list(range(1, 11))
+
+
+def test_resumed_metrics_csv_keeps_its_older_columns(tmp_path):
+    """A run written before a column existed (here cpu_s) continues in its own columns."""
+    path = tmp_path / "metrics.csv"
+    old = [c for c in CSV_COLUMNS if c != "cpu_s"]
+    first = {c: "" for c in old} | {"step": "1", "loss": "2.5", "elapsed_s": "0.5"}
+    path.write_text(",".join(old) + "\n" + ",".join(first[c] for c in old) + "\n")
+    log = CsvLog(path, keep_until=1)
+    log.write({"step": 2, "loss": 1.25, "elapsed_s": 1.0, "cpu_s": 0.75})
+    log.close()
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [tuple(r) for r in rows] == [tuple(old)] * 2  # no cell without a column
+    assert [(r["step"], r["loss"], r["elapsed_s"]) for r in rows] == [
+        ("1", "2.5", "0.5"),
+        ("2", "1.25", "1.0"),
+    ]
 
 
 def test_tensorboard_event_files(tmp_path, tiny):

@@ -4,7 +4,9 @@
   learning rate, ETA); elsewhere (a pipe, nohup, CI, a cluster log) one plain line every
   ``log_every`` steps and one per evaluation; or nothing;
 - ``log.jsonl`` (one JSON object per row) and ``metrics.csv`` (fixed columns, one row per
-  logging step or evaluation) in the run directory, every run;
+  logging step or evaluation) in the run directory, every run; a training row holds
+  ``elapsed_s``, the wall seconds since the run (re)started, and ``cpu_s``, the CPU seconds the
+  process spent in them (on a busy machine the wall time grows faster than the CPU time);
 - TensorBoard event files in ``RUN/tensorboard`` with ``--tensorboard`` (optional extra
   ``attnkit[tensorboard]``), so that ``tensorboard --logdir runs`` shows every run.
 
@@ -33,6 +35,7 @@ CSV_COLUMNS = (
     "tokens",
     "tok_per_s",
     "elapsed_s",
+    "cpu_s",
     "val_loss",
     "val_ppl",
     "val_exact",
@@ -164,19 +167,24 @@ class JsonLog:
 
 
 class CsvLog:
-    """``metrics.csv``: :data:`CSV_COLUMNS`, one row per call of :meth:`write`."""
+    """``metrics.csv``: :data:`CSV_COLUMNS`, one row per call of :meth:`write` (a resumed run
+    keeps the columns of the file it continues, which an older version may have written)."""
 
     def __init__(self, path: Path, keep_until: int | None) -> None:
         if keep_until is not None:
             _truncate(path, lambda s: int(s.split(",", 1)[0]) <= keep_until, header=1)
         new = not path.exists() or path.stat().st_size == 0
+        self.columns = CSV_COLUMNS
+        if not new:
+            with path.open(encoding="utf-8", newline="") as f:
+                self.columns = tuple(next(csv.reader(f), CSV_COLUMNS))
         self.f = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - close()
         if new:
             self.write({c: c for c in CSV_COLUMNS})
 
     def write(self, row: dict) -> None:
         buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerow([row.get(c, "") for c in CSV_COLUMNS])
+        csv.writer(buf, lineterminator="\n").writerow([row.get(c, "") for c in self.columns])
         self.f.write(buf.getvalue())
         self.f.flush()
 
@@ -232,8 +240,8 @@ class Reporter:
             self.logs.append(TensorBoardLog(out / "tensorboard", keep_until))
 
     def step(self, row: dict, first_step: int) -> None:
-        """A training row (step, epoch, loss, lr, tokens, tok_per_s, elapsed_s) after every
-        step; written to the logs every ``log_every`` steps."""
+        """A training row (step, epoch, loss, lr, tokens, tok_per_s, elapsed_s, cpu_s) after
+        every step; written to the logs every ``log_every`` steps."""
         line = row["step"] % self.log_every == 0
         self.progress.update(
             row["step"], first_step, row["loss"], row["tok_per_s"], row["lr"], line

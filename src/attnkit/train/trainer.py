@@ -319,6 +319,7 @@ def _train(
     )
     echo(recipe_summary(c))
     first, first_tokens, t0, saved = step, tokens, time.monotonic(), None
+    cpu0 = time.process_time()  # CPU seconds beside wall seconds: a busy machine shows as a gap
     stepping = 0.0  # seconds inside optimiser steps (no evaluation, no saving)
     stop_reason: str | None = None
 
@@ -348,7 +349,8 @@ def _train(
                 if report is not None:
                     row = {"step": step, "epoch": epoch, "loss": loss_value, "lr": lr}
                     row |= {"tokens": tokens, "tok_per_s": round(tok_s, 1)}
-                    report.step(row | {"elapsed_s": round(elapsed, 3)}, first)
+                    row |= {"elapsed_s": round(elapsed, 3)}
+                    report.step(row | {"cpu_s": round(time.process_time() - cpu0, 3)}, first)
                 if report is not None and step % c.eval_every == 0:
                     evaluation()
                     stop = stop or (stop_reason is not None and not d.enabled)  # else next step
