@@ -21,9 +21,12 @@ With ``dropout_p`` > 0 the same plan runs as explicit tiles with dropout on the 
 p = 0 is the fused path, untouched. (A call whose scores are too large for any recomputing
 backward, below, takes the ``math`` implementation and torch's own dropout.)
 
-Attention sinks run on the fused path, applied exactly from each tile's log-sum-exp; logit
-softcapping runs as explicit tiles (the fused kernel has no hook between q kᵀ and the softmax),
-with the same plan and its skipped blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
+Attention sinks run on the fused path, applied exactly from each tile's log-sum-exp. Logit
+softcapping on a band mask (causal, windows) in float32 without dropout runs fused: torch's
+products with one numba pass between them (cap, mask, softmax) per tile
+(:mod:`~attnkit.kernels.blocksparse.softcap`); other softcap calls run as explicit tiles (the
+fused SDPA kernel has no hook between q kᵀ and the softmax), with the same plan and its skipped
+blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
 
 Rows with no allowed key give output 0 (and gradient 0), never NaN; every input layout is read
 correctly (the fused ops get unit-stride rows); a float mask that requires grad (a learned
@@ -44,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels.blocksparse import softcap
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.fold import fold_q, group_size, unfold_out
 from attnkit.kernels.blocksparse.keep import draw_seed
@@ -118,6 +122,8 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     rounded once, and no CPU without native bf16 is asked for bf16 matmuls). A grouped call
     (which reaches here only when :func:`group_size` is G >= 2) runs with its G query heads per
     key/value head folded into the rows (:mod:`~attnkit.kernels.blocksparse.fold`)."""
+    if softcap.applies(call, compute):  # one fused pass per tile (numba)
+        return softcap.fused_attend(call, call.sinks)
     g = group_size(call)
     if call.softcap is not None and call.dropout_p == 0 and block_q == BLOCK_Q:
         block_q = SOFTCAP_BLOCK_Q  # explicit tiles: fewer, larger tensor operations
