@@ -326,7 +326,7 @@ class BlocksparseBackend(Backend):
             group_size(call)
             and numerics(call)[1]
             and fused_backward_ok(call)
-            and not single_tile(call)
+            and (not single_tile(call) or softcap.applies(call, numerics(call)[0]))
         ):
             call = ungrouped(call)  # per-head masks, and the policy's paths, need H heads
         return attend(call, self.block_q, self.block_kv), None
