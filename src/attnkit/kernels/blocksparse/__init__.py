@@ -185,6 +185,25 @@ def _dropout(call: AttentionCall, plan: Plan, q, k, v, g: int, sinks: Tensor | N
     return out[0] if band else out
 
 
+def _cap_sink_notes(call: AttentionCall) -> list[str]:
+    """What this backend does with a call's softcap and sinks (for ``explain_dispatch``)."""
+    notes = []
+    if call.softcap is not None:
+        if softcap.applies(call, numerics(call)[0]):
+            notes.append(
+                "softcap fused on the band: matrix products with one pass for cap, mask and "
+                "softmax between them"
+            )
+        else:
+            notes.append(
+                "softcap as explicit tiles (dropout, a mask that is not a band, a bias, float64 "
+                "or no numba)"
+            )
+    if call.sinks is not None:
+        notes.append("sinks applied exactly from each tile's log-sum-exp")
+    return notes
+
+
 class ZeroGradLink(torch.autograd.Function):
     """``out`` unchanged, with a zero gradient for each extra tensor: links tensors whose
     gradient is exactly zero (a learned bias on entries that are all masked) to the graph, so
@@ -281,8 +300,10 @@ class BlocksparseBackend(Backend):
 
     def _judge(self, call: AttentionCall) -> tuple[list[str], list[str]]:
         """(speed reasons, notes when there are none): see :meth:`speed_reasons`."""
-        if call.mask is None or call.softcap is not None or call.sinks is not None:
-            return [], []  # the dense backend serves neither softcap nor sinks
+        if call.mask is None:
+            return [], []
+        if call.softcap is not None or call.sinks is not None:
+            return [], _cap_sink_notes(call)  # the dense backend serves neither
         if call.mask.is_plain_causal:
             return [
                 "plain top-left causal: the dense backend's SDPA is_causal skips the blocks itself"
