@@ -62,9 +62,15 @@ class MultiHeadAttention(nn.Module):
         attention_fn: the attention of the split heads, ``attention_fn(q, k, v, mask, *,
             dropout_p, return_weights) -> (out, weights | None)`` (shapes in
             :data:`AttentionFn`); default :func:`default_attention`.
+        softcap: c > 0 caps the scaled scores to c * tanh(s / c) before the mask (Gemma 2's
+            attention-logit softcapping); None (default): no cap. Passed to ``attention_fn`` as
+            ``softcap=`` when set.
+        sinks: True adds a learned attention sink per query head, the parameter ``sinks`` (H,)
+            (initialised to 0): a logit that joins every row's softmax denominator and is then
+            dropped (gpt-oss). Passed to ``attention_fn`` as ``sinks=`` when set.
 
     Parameters are four ``nn.Linear``: ``q_proj`` (E -> H d), ``k_proj`` (E_k -> G d),
-    ``v_proj`` (E_v -> G d), ``out_proj`` (H d -> E).
+    ``v_proj`` (E_v -> G d), ``out_proj`` (H d -> E), and ``sinks`` (H,) (None without sinks).
     """
 
     def __init__(
@@ -80,6 +86,8 @@ class MultiHeadAttention(nn.Module):
         batch_first: bool = True,
         rotary: nn.Module | None = None,
         attention_fn: AttentionFn | None = None,
+        softcap: float | None = None,
+        sinks: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -100,6 +108,8 @@ class MultiHeadAttention(nn.Module):
         bias = checks.flag("bias", bias)
         dropout = checks.probability("dropout", dropout)
         batch_first = checks.flag("batch_first", batch_first)
+        softcap = None if softcap is None else checks.positive_float("softcap", softcap)
+        sinks = checks.flag("sinks", sinks)
         if rotary is not None and not callable(rotary):
             raise TypeError(f"rotary: expected a callable module or None, got {type(rotary)}")
         if attention_fn is not None and not callable(attention_fn):
@@ -120,6 +130,8 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(kdim, g * self.head_dim, bias=bias, **kw)
         self.v_proj = nn.Linear(vdim, g * self.head_dim, bias=bias, **kw)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
+        self.softcap = softcap
+        self.sinks = nn.Parameter(torch.zeros(num_heads, **kw)) if sinks else None
 
     @property
     def bias(self) -> bool:
@@ -131,6 +143,10 @@ class MultiHeadAttention(nn.Module):
             s += f", num_kv_heads={self.num_kv_heads}"
         if (self.kdim, self.vdim) != (self.embed_dim, self.embed_dim):
             s += f", kdim={self.kdim}, vdim={self.vdim}"
+        if self.softcap is not None:
+            s += f", softcap={self.softcap:g}"
+        if self.sinks is not None:
+            s += ", sinks=True"
         if self.attention_fn is not default_attention:
             s += f", attention_fn={getattr(self.attention_fn, '__name__', self.attention_fn)}"
         return s + f", dropout={self.dropout}, batch_first={self.batch_first}"
@@ -254,7 +270,12 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v, lq)  # (B, G, Lk, d): everything cached
         dropout_p = self.dropout if self.training else 0.0
-        res = self.attention_fn(q, k, v, mask, dropout_p=dropout_p, return_weights=return_weights)
+        extra = {} if self.softcap is None else {"softcap": self.softcap}
+        if self.sinks is not None:
+            extra["sinks"] = self.sinks
+        res = self.attention_fn(
+            q, k, v, mask, dropout_p=dropout_p, return_weights=return_weights, **extra
+        )
         out, weights = self._check_result(res, b, lq, lk, return_weights)
         out = self.out_proj(functional.merge_heads(out))  # (B, Lq, E)
         if weights is not None and average_weights:
@@ -355,7 +376,7 @@ class MultiHeadAttention(nn.Module):
     def to_torch(self) -> nn.MultiheadAttention:
         """The equivalent ``torch.nn.MultiheadAttention`` (same weights). Only for
         ``num_kv_heads == num_heads``, no rotary embedding and the default ``attention_fn``
-        (torch has none of them)."""
+        (torch has none of them), without softcap or sinks."""
         if self.num_kv_heads != self.num_heads:
             raise ValueError(
                 f"num_kv_heads: torch.nn.MultiheadAttention has no grouped-query heads "
@@ -363,6 +384,9 @@ class MultiHeadAttention(nn.Module):
             )
         if self.rotary is not None:
             raise ValueError("rotary: torch.nn.MultiheadAttention has no rotary embedding")
+        if self.softcap is not None or self.sinks is not None:
+            what = "softcap" if self.softcap is not None else "sinks"
+            raise ValueError(f"{what}: torch.nn.MultiheadAttention has no {what}")
         if self.attention_fn is not default_attention:
             raise ValueError(
                 "attention_fn: torch.nn.MultiheadAttention has no custom attention function"

@@ -21,9 +21,12 @@ With ``dropout_p`` > 0 the same plan runs as explicit tiles with dropout on the 
 p = 0 is the fused path, untouched. (A call whose scores are too large for any recomputing
 backward, below, takes the ``math`` implementation and torch's own dropout.)
 
-Attention sinks run on the fused path, applied exactly from each tile's log-sum-exp; logit
-softcapping runs as explicit tiles (the fused kernel has no hook between q kᵀ and the softmax),
-with the same plan and its skipped blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
+Attention sinks run on the fused path, applied exactly from each tile's log-sum-exp. Logit
+softcapping on a band mask (causal, windows) in float32 without dropout runs fused: torch's
+products with one numba pass between them (cap, mask, softmax) per tile
+(:mod:`~attnkit.kernels.blocksparse.softcap`); other softcap calls run as explicit tiles (the
+fused SDPA kernel has no hook between q kᵀ and the softmax), with the same plan and its skipped
+blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
 
 Rows with no allowed key give output 0 (and gradient 0), never NaN; every input layout is read
 correctly (the fused ops get unit-stride rows); a float mask that requires grad (a learned
@@ -44,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels.blocksparse import softcap
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
 from attnkit.kernels.blocksparse.fold import fold_q, group_size, unfold_out
@@ -122,6 +126,8 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     rounded once, and no CPU without native bf16 is asked for bf16 matmuls). A grouped call
     (which reaches here only when :func:`group_size` is G >= 2) runs with its G query heads per
     key/value head folded into the rows (:mod:`~attnkit.kernels.blocksparse.fold`)."""
+    if softcap.applies(call, compute):  # one fused pass per tile (numba)
+        return softcap.fused_attend(call, call.sinks)
     g = group_size(call)
     if call.softcap is not None and call.dropout_p == 0 and block_q == BLOCK_Q:
         block_q = SOFTCAP_BLOCK_Q  # explicit tiles: fewer, larger tensor operations
@@ -181,6 +187,25 @@ def _dropout(call: AttentionCall, plan: Plan, q, k, v, g: int, sinks: Tensor | N
     )
     out = DropoutFn.apply(q, k, v, plan, setup, sinks, *plan.grad_masks())
     return out[0] if band else out
+
+
+def _cap_sink_notes(call: AttentionCall) -> list[str]:
+    """What this backend does with a call's softcap and sinks (for ``explain_dispatch``)."""
+    notes = []
+    if call.softcap is not None:
+        if softcap.applies(call, numerics(call)[0]):
+            notes.append(
+                "softcap fused on the band: matrix products with one pass for cap, mask and "
+                "softmax between them"
+            )
+        else:
+            notes.append(
+                "softcap as explicit tiles (dropout, a mask that is not a band, a bias, float64 "
+                "or no numba)"
+            )
+    if call.sinks is not None:
+        notes.append("sinks applied exactly from each tile's log-sum-exp")
+    return notes
 
 
 class ZeroGradLink(torch.autograd.Function):
@@ -279,8 +304,10 @@ class BlocksparseBackend(Backend):
 
     def _judge(self, call: AttentionCall) -> tuple[list[str], list[str]]:
         """(speed reasons, notes when there are none): see :meth:`speed_reasons`."""
-        if call.mask is None or call.softcap is not None or call.sinks is not None:
-            return [], []  # the dense backend serves neither softcap nor sinks
+        if call.mask is None:
+            return [], []
+        if call.softcap is not None or call.sinks is not None:
+            return [], _cap_sink_notes(call)  # the dense backend serves neither
         if call.mask.is_plain_causal:
             return [
                 "plain top-left causal: the dense backend's SDPA is_causal skips the blocks itself"
@@ -319,7 +346,7 @@ class BlocksparseBackend(Backend):
             group_size(call)
             and numerics(call)[1]
             and fused_backward_ok(call)
-            and not single_tile(call)
+            and (not single_tile(call) or softcap.applies(call, numerics(call)[0]))
         ):
             call = ungrouped(call)  # per-head masks, and the policy's paths, need H heads
         return attend(call, self.block_q, self.block_kv), None

@@ -9,11 +9,12 @@ with (o', l'): it recomputes P' = exp(scores - l'), the probabilities with the s
 rowsum(dO * o'), so PyTorch's fused backward needs no change; the sink's own gradient is
 -exp(s - l') * rowsum(dO * o') per row (:func:`sink_grad`), summed over rows by autograd.
 
-Softcapping. The fused kernel has no hook between q kᵀ and the softmax, so calls with
-``softcap`` run as explicit tiles (:mod:`~attnkit.kernels.blocksparse.dropout`, also with
-p = 0): the scaled scores are capped in place (:func:`cap_scores`), and the backward multiplies
-dS by 1 - tanh² before dq and dk (the mask's own gradient is dS itself: the bias is added after
-the cap).
+Softcapping. Band masks in float32 without dropout take the fused softcap path
+(:mod:`~attnkit.kernels.blocksparse.softcap`). Otherwise the fused SDPA kernel has no hook
+between q kᵀ and the softmax, so calls with ``softcap`` run as explicit tiles
+(:mod:`~attnkit.kernels.blocksparse.dropout`, also with p = 0): the scaled scores are capped
+in place (:func:`cap_scores`), and the backward multiplies dS by 1 - tanh² before dq and dk
+(the mask's own gradient is dS itself: the bias is added after the cap).
 
 Shape legend: ``...`` the plan's batch dims, ``n`` rows of a tile, ``m`` keys, ``L`` rows.
 """
