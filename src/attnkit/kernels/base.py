@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor
 
-from attnkit.kernels.numerics import mask_tensors
+from attnkit.kernels.mask_bias import mask_tensors
 from attnkit.masks import Mask
 
 ScoreKind = Literal["dot", "additive"]

@@ -37,18 +37,16 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from attnkit.kernels import kv_bounds
+from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.mask_bias import bias_bound, nonfinite_bias, refuse_nonfinite_bias
+from attnkit.kernels.mask_bias import mask_tensors as mask_tensors  # its old import path
 from attnkit.kernels.precision import Float64Reason, dot_reason, warn_float64
 from attnkit.kernels.scan import absmax, absmax3
-
-if TYPE_CHECKING:  # pragma: no cover
-    from attnkit.kernels.base import AttentionCall
-    from attnkit.masks import Mask
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -67,73 +65,6 @@ _ROW_CHUNK = 2**22
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """P4: the dtype scores, softmax and accumulation use for inputs of ``dtype``."""
     return torch.float32 if dtype in HALF else dtype
-
-
-# ---------------------------------------------------------------------------------------------
-# the mask's tensors and bias bound, read through the mask's structure
-# ---------------------------------------------------------------------------------------------
-def mask_leaves(mask: Mask | None) -> list[Mask]:
-    """The leaf masks of a combination (the mask itself for a leaf; [] for None)."""
-    if mask is None:
-        return []
-    leaves = getattr(mask, "leaves", None)
-    if callable(leaves):
-        return list(leaves())
-    parts = [getattr(mask, n) for n in ("a", "b") if hasattr(mask, n)]
-    return [leaf for p in parts for leaf in mask_leaves(p)] if parts else [mask]
-
-
-def mask_tensors(mask: Mask | None) -> list[Tensor]:
-    """The floating tensors (additive biases) held by the leaves of ``mask``."""
-    return [
-        t
-        for leaf in mask_leaves(mask)
-        if leaf.has_bias
-        for t in leaf.tensors()
-        if t.is_floating_point()
-    ]
-
-
-def _finite_abs_max(t: Tensor) -> Tensor:
-    """max |t| over the finite entries (0 when there are none), float64 scalar tensor."""
-    t = t.detach()
-    return (
-        torch.where(torch.isfinite(t), t, 0).abs().amax().double() if t.numel() else t.new_zeros(())
-    )
-
-
-def bias_bound(mask: Mask | None, q_len: int, kv_len: int) -> Tensor:
-    """An upper bound of |bias| over the finite bias values of ``mask`` (float64 scalar tensor):
-    the sum over its biased leaves (``&`` adds biases)."""
-    total = torch.zeros((), dtype=torch.float64)
-    for leaf in mask_leaves(mask):
-        if not leaf.has_bias:
-            continue
-        slopes = getattr(leaf, "slopes", getattr(leaf, "slope", None))
-        tensors = [t for t in leaf.tensors() if t.is_floating_point()]
-        if isinstance(slopes, (float, Tensor)):  # alibi: |slope| * distance
-            s = torch.as_tensor(slopes, dtype=torch.float64).abs().amax()
-            total = total + s * max(q_len, kv_len)
-        elif tensors:
-            total = total + sum(_finite_abs_max(t) for t in tensors)
-        else:
-            b = leaf.materialize_bias(q_len, kv_len)
-            total = total + (0 if b is None else _finite_abs_max(b))
-    return total
-
-
-def refuse_nonfinite_bias() -> ValueError:
-    """The error for a float mask (bias) holding NaN or +inf (P6)."""
-    return ValueError(
-        "mask: the float mask (an additive bias) holds NaN or +inf; expected finite values, "
-        "or -inf where a key may not be attended"
-    )
-
-
-def _nonfinite_bias(mask: Mask | None) -> Tensor:
-    """True (0-dim bool) when a bias tensor of ``mask`` holds NaN or +inf."""
-    flags = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in mask_tensors(mask)]
-    return torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +129,7 @@ def decide(
     which costs a pass over q and k in float64."""
     bm, bad_bias = 0.0, False
     if call.mask is not None and call.mask.has_bias:
-        extra = [bias_bound(call.mask, call.q_len, call.kv_len), _nonfinite_bias(call.mask)]
+        extra = [bias_bound(call.mask, call.q_len, call.kv_len), nonfinite_bias(call.mask)]
         bm, bad_bias = torch.stack(extra).double().tolist()
         if bad_bias:
             raise refuse_nonfinite_bias()
@@ -284,7 +215,7 @@ def nonfinite_rows(call: AttentionCall) -> Tensor:
     return torch.cat(parts, dim=-1)
 
 
-Impl = Callable[["AttentionCall", torch.dtype], tuple[Tensor, Tensor | None]]
+Impl = Callable[[AttentionCall, torch.dtype], tuple[Tensor, Tensor | None]]
 
 
 def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
