@@ -26,6 +26,7 @@ from torch import Tensor
 from attnkit.kernels.base import AttentionCall, Backend
 from attnkit.kernels.mask_bias import mask_tensors
 from attnkit.kernels.registry import BACKENDS
+from attnkit.kernels.scan import ScanPlan
 from attnkit.kernels.tuning import on_change
 from attnkit.masks import Mask
 from attnkit.tensor_version import version
@@ -181,7 +182,7 @@ class Choice:
     backend: Backend
     options: tuple
     mask_ref: weakref.ref | None
-    scan_plan: tuple[int, int, int] | None = None
+    scan_plan: ScanPlan | None = None
     """:func:`attnkit.kernels.scan.plan3` of the signature's q, k and v (None: none)."""
 
 
@@ -208,7 +209,7 @@ class ChoiceCache:
         backend: Backend,
         options: tuple,
         mask: object,
-        scan_plan: tuple[int, int, int] | None = None,
+        scan_plan: ScanPlan | None = None,
     ) -> None:
         ref = None if mask is None else weakref.ref(mask)
         self._entries[key] = Choice(backend, options, ref, scan_plan)

@@ -150,7 +150,7 @@ def run_additive(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None
     work = call
     if not finite:
         q, k, v, w_q, w_k, w_v = (_finite_or_zero(t) for t in call.tensors())
-        work = dataclasses.replace(call, q=q, k=k, v=v, w_q=w_q, w_k=w_k, w_v=w_v, _cache={})
+        work = dataclasses.replace(call, q=q, k=k, v=v, w_q=w_q, w_k=w_k, w_v=w_v)
         stats = input_stats(work)
     dtype = choose_dtype(work, stats)
     if dtype == torch.float64 and call.dtype != torch.float64:
