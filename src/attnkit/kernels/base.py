@@ -83,8 +83,10 @@ class AttentionCall:
         self.__dict__.update(
             kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
             return_weights=return_weights, w_q=None, w_k=None, w_v=None, softcap=softcap,
-            sinks=sinks, memo=CallMemo(scan_plan),
+            sinks=sinks, memo=CallMemo(),
         )  # fmt: skip
+        if scan_plan is not None:
+            self.memo.scan_plan = scan_plan
         return self
 
     @property

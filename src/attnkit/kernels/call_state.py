@@ -90,14 +90,14 @@ class CallMemo:
     numerics: the policy's decision (:func:`attnkit.kernels.numerics.decision`), None until
         made.
     :meth:`get`: entries under typed keys (:class:`MemoKey`), built on first use.
+
+    (Class-level defaults and no ``__init__``: ``CallMemo()`` costs no Python-level call on
+    the per-call fast path.)
     """
 
-    __slots__ = ("entries", "numerics", "scan_plan")
-
-    def __init__(self, scan_plan: ScanPlan | None = None) -> None:
-        self.scan_plan = scan_plan
-        self.numerics: NumericsDecision | None = None
-        self.entries: dict[MemoKey, object] | None = None  # made on first use
+    scan_plan: ScanPlan | None = None
+    numerics: NumericsDecision | None = None
+    entries: dict[MemoKey, object] | None = None  # made on first use
 
     def get(self, key: MemoKey[E], build: Callable[[], E]) -> E:
         """The entry under ``key``, built by ``build()`` and kept on first use."""
