@@ -205,13 +205,11 @@ def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, e
 
 def _call(q, k, v, mask, hit: Choice, sinks: Tensor | None = None) -> AttentionCall:
     """The AttentionCall of a remembered signature (the mask tensor lifted as checked before,
-    the remembered scan plan in its cache)."""
+    the remembered scan plan in its memo)."""
     if mask is not None and isinstance(mask, Tensor):
         mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
     sinks = None if sinks is None else finite_sinks(sinks)
-    call = AttentionCall.dot(q, k, v, mask, *hit.options, sinks=sinks)
-    call._cache["scan-plan"] = (q, k, v, hit.scan_plan)  # for these tensors only
-    return call
+    return AttentionCall.dot(q, k, v, mask, *hit.options, sinks=sinks, scan_plan=hit.scan_plan)
 
 
 def dot_call(

@@ -136,6 +136,7 @@ def test_fast_constructor_builds_the_same_call():
     slow = AttentionCall("dot", q, k, v, mask=mask, scale=0.5, dropout_p=0.1, return_weights=True)
     assert fast == slow
     assert {f.name for f in dataclasses.fields(AttentionCall)} == set(vars(fast))
-    assert fast._cache == {} and fast._cache is not AttentionCall.dot(q, k, v, None, 1, 0, 0)._cache
+    other = AttentionCall.dot(q, k, v, None, 1, 0, 0)
+    assert fast.memo.numerics is None and fast.memo.entries is None and fast.memo is not other.memo
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.scale = 2.0

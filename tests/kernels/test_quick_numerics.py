@@ -9,6 +9,7 @@ built on the torch scan does: compute dtype, finiteness and fused-backward verdi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -48,8 +49,8 @@ def _put(t: torch.Tensor, i: int, value: float) -> None:
 def _reference(call: AttentionCall) -> tuple:
     """numerics()' outcome built on the torch reference scan, on a fresh call."""
     fresh = AttentionCall("dot", call.q, call.k, call.v, mask=call.mask, scale=call.scale)
-    dtype, finite, ok = N.decide(fresh, *N.input_scan(fresh, S.absmax_torch))
-    return (dtype, finite), ok
+    d = N.decide(fresh, *N.input_scan(fresh, S.absmax_torch))
+    return (d.compute, d.finite), d.fused_backward_ok
 
 
 def _call(dtype, magnitude, grad, mask=None, special=None, shape=(2, 3, 7, 8), layout="contiguous"):
@@ -193,22 +194,22 @@ def test_tensor_subclasses_get_the_torch_scan():
 
 
 def test_remembered_scan_plan_is_used_only_for_its_own_tensors():
-    """dispatch remembers plan3 per signature; a plan that names other tensor objects (a call
-    rebuilt with new q, k, v) is ignored, so it can never read the wrong memory."""
+    """dispatch remembers plan3 per signature and hands it to each call of the signature in
+    its memo; a call rebuilt with new q, k, v (``dataclasses.replace``) has a memo of its own
+    without it, so a plan can never read the wrong memory."""
     from attnkit import calls as C
 
     gen = torch.Generator().manual_seed(9)
     q, k, v = (torch.randn(2, 3, 7, 8, generator=gen) for _ in range(3))
-    assert S.plan3(q, k, v) == (336, 336, 336)
+    assert S.plan3(q, k, v) == S.ScanPlan(336, 336, 336)
     stepped = torch.randn(2, 3, 14, 16, generator=gen)[..., ::2, ::2]
     assert S.plan3(stepped, k, v) is None and S.plan3(q.double(), k, v) is None
     C.dot_call(q, k, v, None, None, 0.0, False, "auto", True)  # remembered
     call, _ = C.dot_call(q, k, v, None, None, 0.0, False, "auto", True)
-    assert call._cache["scan-plan"] == (q, k, v, (336, 336, 336))
+    assert call.memo.scan_plan == S.ScanPlan(336, 336, 336)
+    assert S.absmax3(q, k, v, call.memo.scan_plan) == tuple(S.absmax_torch(t) for t in (q, k, v))
     small = torch.randn(1, 1, 1, 8, generator=gen)
     small[0, 0, 0, 3] = math.inf
-    got = S.absmax3(small, k, v, call._cache["scan-plan"])  # plan of other tensors: ignored
-    assert got[0] == math.inf and _same(got[1], S.absmax_torch(k))
-    assert S.absmax3(q, k, v, call._cache["scan-plan"]) == tuple(
-        S.absmax_torch(t) for t in (q, k, v)
-    )
+    rebuilt = dataclasses.replace(call, q=small, k=small, v=small)
+    assert rebuilt.memo.scan_plan is None and rebuilt.memo is not call.memo
+    assert N.input_scan(rebuilt) == (math.inf, math.inf, False)

@@ -56,7 +56,7 @@ def run(ns: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 # collecting
 # ---------------------------------------------------------------------------------------------
-def _version(dist: str) -> str | None:
+def _dist_version(dist: str) -> str | None:
     import importlib.metadata  # here, not at the top: --help stays fast
 
     try:
@@ -163,11 +163,11 @@ def collect() -> dict[str, Any]:
         "versions": {
             "attnkit": attnkit.__version__,
             "python": platform.python_version(),
-            "torch": _version("torch"),
+            "torch": _dist_version("torch"),
             "numba": numba["version"],
-            "numpy": _version("numpy"),
-            "safetensors": _version("safetensors"),
-            "tokenizers": _version("tokenizers"),
+            "numpy": _dist_version("numpy"),
+            "safetensors": _dist_version("safetensors"),
+            "tokenizers": _dist_version("tokenizers"),
         },
         "python_executable": sys.executable,
         "platform": platform.platform(),

@@ -16,7 +16,9 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor
 
-from attnkit.kernels.numerics import mask_tensors
+from attnkit.kernels.call_state import BlockMapKey, CallMemo, DenseMaskKey
+from attnkit.kernels.mask_bias import mask_tensors
+from attnkit.kernels.scan import ScanPlan
 from attnkit.masks import Mask
 
 ScoreKind = Literal["dot", "additive"]
@@ -38,6 +40,10 @@ class AttentionCall:
     one logit per query head that joins every row's softmax denominator and is then dropped
     (gpt-oss): w_ij = exp(s_ij) / (exp(sink_h) + sum_l exp(s_il)); a row with no allowed key
     gives 0.
+
+    ``memo`` (not an argument): what the stages of this call computed for later ones
+    (:class:`~attnkit.kernels.call_state.CallMemo`: the scan plan, the numerics decision, dense
+    masks, block maps, backend plans); each call object has its own, ``replace()`` included.
     """
 
     kind: ScoreKind
@@ -53,7 +59,7 @@ class AttentionCall:
     w_v: Tensor | None = None
     softcap: float | None = None
     sinks: Tensor | None = None
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+    memo: CallMemo = field(default_factory=CallMemo, init=False, compare=False, repr=False)
 
     @classmethod
     def dot(
@@ -67,16 +73,20 @@ class AttentionCall:
         return_weights: bool,
         softcap: float | None = None,
         sinks: Tensor | None = None,
+        scan_plan: ScanPlan | None = None,
     ) -> AttentionCall:
         """``AttentionCall("dot", q, k, v, mask, scale, dropout_p, return_weights)`` for
         arguments already checked, built without the frozen dataclass's per-field
-        ``object.__setattr__`` (a per-call cost on the dispatch's fast path)."""
+        ``object.__setattr__`` (a per-call cost on the dispatch's fast path); ``scan_plan``:
+        :func:`~attnkit.kernels.scan.plan3` of q, k and v's signature, for the input scan."""
         self = object.__new__(cls)
         self.__dict__.update(
             kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
             return_weights=return_weights, w_q=None, w_k=None, w_v=None, softcap=softcap,
-            sinks=sinks, _cache={},
+            sinks=sinks, memo=CallMemo(),
         )  # fmt: skip
+        if scan_plan is not None:
+            self.memo.scan_plan = scan_plan
         return self
 
     @property
@@ -120,23 +130,22 @@ class AttentionCall:
     def dense_mask(self, dtype: torch.dtype | None = None) -> tuple[Tensor | None, Tensor | None]:
         """(allowed, bias): the mask materialised and reshaped to broadcast against
         (..., Lq, Lk): bool and float (or None), the bias in ``dtype`` (default: the call's),
-        saturated (policy P5). Cached on the call."""
+        saturated (policy P5). Kept in the call's memo."""
         dtype = dtype or self.dtype
-        key = ("dense", dtype)
-        if key not in self._cache:
-            self._cache[key] = (
-                (None, None) if self.mask is None else materialize_for(self.mask, self, dtype)
-            )
-        return self._cache[key]
+        if self.mask is None:
+            return None, None
+        return self.memo.get(DenseMaskKey(dtype), lambda: materialize_for(self.mask, self, dtype))
 
     def block_map(self, block_q: int, block_kv: int) -> Tensor | None:
-        """Block classes (int8, batch_shape of the mask + (nq, nk)), cached per block size."""
-        if self.mask is None:
+        """Block classes (int8, batch_shape of the mask + (nq, nk)), kept in the call's memo per
+        block size."""
+        mask = self.mask
+        if mask is None:
             return None
-        key = ("bm", block_q, block_kv)
-        if key not in self._cache:
-            self._cache[key] = self.mask.block_map(self.q_len, self.kv_len, block_q, block_kv)
-        return self._cache[key]
+        return self.memo.get(
+            BlockMapKey(block_q, block_kv),
+            lambda: mask.block_map(self.q_len, self.kv_len, block_q, block_kv),
+        )
 
 
 def repeat_heads(x: Tensor, n: int) -> Tensor:
@@ -156,7 +165,7 @@ def ungrouped(call: AttentionCall) -> AttentionCall:
         return call
     h = call.q.shape[-3]
     k, v = repeat_heads(call.k, h), repeat_heads(call.v, h)
-    return replace(call, k=k, v=v, _cache={})
+    return replace(call, k=k, v=v)
 
 
 def lift_mask_tensor(t: Tensor, mask_batch_ndim: int, batch_ndim: int) -> Tensor:

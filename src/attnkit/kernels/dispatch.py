@@ -23,11 +23,13 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from attnkit import kernels
 from attnkit.kernels.base import AttentionCall, Backend
-from attnkit.kernels.numerics import mask_tensors
+from attnkit.kernels.mask_bias import mask_tensors
+from attnkit.kernels.registry import BACKENDS
+from attnkit.kernels.scan import ScanPlan
 from attnkit.kernels.tuning import on_change
 from attnkit.masks import Mask
+from attnkit.tensor_version import version
 
 __all__ = [
     "PREFERENCE",
@@ -56,7 +58,7 @@ WEIGHTS_LIMIT = 2**26
 
 def preference(kind: str) -> tuple[str, ...]:
     """Registered backend names in the order ``backend="auto"`` tries them for score ``kind``."""
-    return tuple(n for n in PREFERENCE[kind] if n in kernels.BACKENDS)
+    return tuple(n for n in PREFERENCE[kind] if n in BACKENDS)
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,8 @@ def check_backend_name(backend: object) -> str:
     """``backend`` if it is "auto" or a registered backend name (TypeError / ValueError)."""
     if not isinstance(backend, str):
         raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
-    if backend != "auto" and backend not in kernels.BACKENDS:
-        raise ValueError(
-            f"backend: expected 'auto' or one of {sorted(kernels.BACKENDS)}, got {backend!r}"
-        )
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"backend: expected 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
     return backend
 
 
@@ -121,12 +121,12 @@ def explain(call: AttentionCall, backend: str = "auto") -> Dispatch:
     backend = check_backend_name(backend)
     if backend != "auto":
         # a forced backend must be able to serve the call; being slower is the user's choice
-        reasons = {backend: _reasons(kernels.BACKENDS[backend], call, auto=False)}
+        reasons = {backend: _reasons(BACKENDS[backend], call, auto=False)}
         return Dispatch(None if reasons[backend] else backend, reasons, backend)
     names = preference(call.kind)
-    reasons = {n: _reasons(kernels.BACKENDS[n], call, auto=True) for n in names}
+    reasons = {n: _reasons(BACKENDS[n], call, auto=True) for n in names}
     chosen = next((n for n in names if not reasons[n]), None)
-    notes = () if chosen is None else tuple(kernels.BACKENDS[chosen].choice_notes(call))
+    notes = () if chosen is None else tuple(BACKENDS[chosen].choice_notes(call))
     return Dispatch(chosen, reasons, backend, notes)
 
 
@@ -135,11 +135,11 @@ def select(call: AttentionCall, backend: str = "auto") -> Backend:
     "auto"), or the forced one; ValueError with every reason when there is none."""
     if backend == "auto":
         for n in preference(call.kind):
-            b = kernels.BACKENDS[n]
+            b = BACKENDS[n]
             if not _reasons(b, call, auto=True):
                 return b
     else:
-        b = kernels.BACKENDS[check_backend_name(backend)]
+        b = BACKENDS[check_backend_name(backend)]
         if not b.not_supported_reasons(call):
             return b
     raise explain(call, backend).error()
@@ -161,11 +161,12 @@ def mask_key(mask: object, grad: bool) -> tuple | None:
     (a backend may lack a bias backward)."""
     if mask is None:
         return ()
+    if isinstance(mask, Tensor):
+        v = version(mask)
+        return None if v is None else ("tensor", id(mask), v, *tensor_key(mask))
     try:
-        if isinstance(mask, Tensor):
-            return ("tensor", id(mask), mask._version, *tensor_key(mask))
         weakref.ref(mask)
-    except (TypeError, RuntimeError):
+    except TypeError:
         return None
     if grad and isinstance(mask, Mask):
         return ("object", id(mask), type(mask), *(t.requires_grad for t in mask_tensors(mask)))
@@ -181,7 +182,7 @@ class Choice:
     backend: Backend
     options: tuple
     mask_ref: weakref.ref | None
-    scan_plan: tuple[int, int, int] | None = None
+    scan_plan: ScanPlan | None = None
     """:func:`attnkit.kernels.scan.plan3` of the signature's q, k and v (None: none)."""
 
 
@@ -198,7 +199,7 @@ class ChoiceCache:
             return None
         if c.mask_ref is not None and c.mask_ref() is not mask:
             return None  # the id now belongs to another object
-        if kernels.BACKENDS.get(c.backend.name) is not c.backend:
+        if BACKENDS.get(c.backend.name) is not c.backend:
             return None  # the registry changed
         return c
 
@@ -208,7 +209,7 @@ class ChoiceCache:
         backend: Backend,
         options: tuple,
         mask: object,
-        scan_plan: tuple[int, int, int] | None = None,
+        scan_plan: ScanPlan | None = None,
     ) -> None:
         ref = None if mask is None else weakref.ref(mask)
         self._entries[key] = Choice(backend, options, ref, scan_plan)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels import scan
+from attnkit.tensor_version import version
 
 __all__ = ["KNOWN_LIMIT", "KVBounds", "RowBounds", "known", "remember"]
 
@@ -89,15 +90,11 @@ class RowBounds:
 class _Entry:
     k: weakref.ref
     v: weakref.ref
-    version: tuple[int, int]
+    version: tuple[int | None, int | None]
     bounds: KVBounds
 
 
 _KNOWN: dict[int, _Entry] = {}
-
-
-def _version(t: Tensor) -> int:
-    return -1 if t.is_inference() else t._version
 
 
 def remember(k: Tensor, v: Tensor, bounds: KVBounds) -> None:
@@ -107,7 +104,7 @@ def remember(k: Tensor, v: Tensor, bounds: KVBounds) -> None:
     tensors have no version counter: changing a remembered one in place inside
     ``torch.inference_mode`` is not seen (a cache's tensors are not changed in place)."""
     _KNOWN.pop(id(k), None)
-    _KNOWN[id(k)] = _Entry(weakref.ref(k), weakref.ref(v), (_version(k), _version(v)), bounds)
+    _KNOWN[id(k)] = _Entry(weakref.ref(k), weakref.ref(v), (version(k), version(v)), bounds)
     while len(_KNOWN) > KNOWN_LIMIT:
         try:
             del _KNOWN[next(iter(_KNOWN))]
@@ -120,6 +117,6 @@ def known(k: Tensor, v: Tensor) -> KVBounds | None:
     e = _KNOWN.get(id(k))
     if e is None or e.k() is not k or e.v() is not v:
         return None
-    if e.version != (_version(k), _version(v)):
+    if e.version != (version(k), version(v)):
         return None
     return e.bounds

@@ -37,18 +37,17 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from attnkit.kernels import kv_bounds
+from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call_state import NumericsDecision
+from attnkit.kernels.mask_bias import bias_bound, nonfinite_bias, refuse_nonfinite_bias
+from attnkit.kernels.mask_bias import mask_tensors as mask_tensors  # its old import path
 from attnkit.kernels.precision import Float64Reason, dot_reason, warn_float64
 from attnkit.kernels.scan import absmax, absmax3
-
-if TYPE_CHECKING:  # pragma: no cover
-    from attnkit.kernels.base import AttentionCall
-    from attnkit.masks import Mask
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -67,73 +66,6 @@ _ROW_CHUNK = 2**22
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """P4: the dtype scores, softmax and accumulation use for inputs of ``dtype``."""
     return torch.float32 if dtype in HALF else dtype
-
-
-# ---------------------------------------------------------------------------------------------
-# the mask's tensors and bias bound, read through the mask's structure
-# ---------------------------------------------------------------------------------------------
-def mask_leaves(mask: Mask | None) -> list[Mask]:
-    """The leaf masks of a combination (the mask itself for a leaf; [] for None)."""
-    if mask is None:
-        return []
-    leaves = getattr(mask, "leaves", None)
-    if callable(leaves):
-        return list(leaves())
-    parts = [getattr(mask, n) for n in ("a", "b") if hasattr(mask, n)]
-    return [leaf for p in parts for leaf in mask_leaves(p)] if parts else [mask]
-
-
-def mask_tensors(mask: Mask | None) -> list[Tensor]:
-    """The floating tensors (additive biases) held by the leaves of ``mask``."""
-    return [
-        t
-        for leaf in mask_leaves(mask)
-        if leaf.has_bias
-        for t in leaf.tensors()
-        if t.is_floating_point()
-    ]
-
-
-def _finite_abs_max(t: Tensor) -> Tensor:
-    """max |t| over the finite entries (0 when there are none), float64 scalar tensor."""
-    t = t.detach()
-    return (
-        torch.where(torch.isfinite(t), t, 0).abs().amax().double() if t.numel() else t.new_zeros(())
-    )
-
-
-def bias_bound(mask: Mask | None, q_len: int, kv_len: int) -> Tensor:
-    """An upper bound of |bias| over the finite bias values of ``mask`` (float64 scalar tensor):
-    the sum over its biased leaves (``&`` adds biases)."""
-    total = torch.zeros((), dtype=torch.float64)
-    for leaf in mask_leaves(mask):
-        if not leaf.has_bias:
-            continue
-        slopes = getattr(leaf, "slopes", getattr(leaf, "slope", None))
-        tensors = [t for t in leaf.tensors() if t.is_floating_point()]
-        if isinstance(slopes, (float, Tensor)):  # alibi: |slope| * distance
-            s = torch.as_tensor(slopes, dtype=torch.float64).abs().amax()
-            total = total + s * max(q_len, kv_len)
-        elif tensors:
-            total = total + sum(_finite_abs_max(t) for t in tensors)
-        else:
-            b = leaf.materialize_bias(q_len, kv_len)
-            total = total + (0 if b is None else _finite_abs_max(b))
-    return total
-
-
-def refuse_nonfinite_bias() -> ValueError:
-    """The error for a float mask (bias) holding NaN or +inf (P6)."""
-    return ValueError(
-        "mask: the float mask (an additive bias) holds NaN or +inf; expected finite values, "
-        "or -inf where a key may not be attended"
-    )
-
-
-def _nonfinite_bias(mask: Mask | None) -> Tensor:
-    """True (0-dim bool) when a bias tensor of ``mask`` holds NaN or +inf."""
-    flags = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in mask_tensors(mask)]
-    return torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,22 +115,20 @@ def input_scan(
         qm = absmax(call.q)  # a cache's keys and values: their bounds are kept, scan q only
         return qm, kv.max_abs_k, math.isfinite(qm) and kv.finite
     if scan is None:  # with the scan plan dispatch remembered for the signature, if any
-        qm, km, vm = absmax3(call.q, call.k, call.v, call._cache.get("scan-plan"))
+        qm, km, vm = absmax3(call.q, call.k, call.v, call.memo.scan_plan)
     else:
         qm, km, vm = scan(call.q), scan(call.k), scan(call.v)
     return qm, km, math.isfinite(qm) and math.isfinite(km) and math.isfinite(vm)
 
 
-def decide(
-    call: AttentionCall, qm: float, km: float, finite: bool
-) -> tuple[torch.dtype, bool, bool]:
-    """(compute dtype, all inputs finite, fused backward exact) for ``call`` from the scan's
-    max|q| and max|k| (:func:`input_scan`): the cheap bound max|q| max|k| d scale + max|bias|
-    first; only when it reaches a threshold of P5 the tight bound (row 2-norms, Cauchy-Schwarz),
-    which costs a pass over q and k in float64."""
+def decide(call: AttentionCall, qm: float, km: float, finite: bool) -> NumericsDecision:
+    """The :class:`~attnkit.kernels.call_state.NumericsDecision` for ``call`` from the scan's
+    max|q| and max|k| and the finiteness of q, k, v (:func:`input_scan`): the cheap bound
+    max|q| max|k| d scale + max|bias| first; only when it reaches a threshold of P5 the tight
+    bound (row 2-norms, Cauchy-Schwarz), which costs a pass over q and k in float64."""
     bm, bad_bias = 0.0, False
     if call.mask is not None and call.mask.has_bias:
-        extra = [bias_bound(call.mask, call.q_len, call.kv_len), _nonfinite_bias(call.mask)]
+        extra = [bias_bound(call.mask, call.q_len, call.kv_len), nonfinite_bias(call.mask)]
         bm, bad_bias = torch.stack(extra).double().tolist()
         if bad_bias:
             raise refuse_nonfinite_bias()
@@ -207,52 +137,61 @@ def decide(
     bound = softmax_bound(call, qk, bm)
     overflow, grad_limit = _limits(dtype)
     if max(bound, qk) < overflow and bound < grad_limit:  # the common case: nothing more to do
-        return dtype, finite, True
+        return _plain(dtype, finite)
+    reason = None
     if dtype != torch.float64 and _needs_float64(call, bound, dtype, qk):
         qk, tight = _row_norm_bound(call), True  # Cauchy-Schwarz: check again
         bound = softmax_bound(call, qk, bm)
         if _needs_float64(call, bound, dtype, qk):
             decided = bound if qk < overflow else qk  # q.k itself overflows (before a cap)
-            call._cache["float64-reason"] = dot_reason(qm, km, bm, decided, dtype, overflow)
+            reason = dot_reason(qm, km, bm, decided, dtype, overflow)
             dtype = torch.float64
     ok = True
     if not bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR and call.needs_grad:
         if not tight:
             bound = softmax_bound(call, _row_norm_bound(call), bm)
         ok = bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR
-    return dtype, finite, ok
+    return NumericsDecision(dtype, finite, ok, reason)
+
+
+@functools.cache
+def _plain(dtype: torch.dtype, finite: bool) -> NumericsDecision:
+    """The decision of the common case (no float64, fused backward exact), made once."""
+    return NumericsDecision(dtype, finite)
+
+
+def decision(call: AttentionCall) -> NumericsDecision:
+    """The policy's decision for a dot-product call: the one entry point (:func:`input_scan`,
+    then :func:`decide`), made once per call (kept in ``call.memo``)."""
+    d = call.memo.numerics
+    if d is None:
+        d = call.memo.numerics = decide(call, *input_scan(call))
+    return d
 
 
 def numerics(call: AttentionCall) -> tuple[torch.dtype, bool]:
-    """(compute dtype, all inputs finite) for a dot-product call: the one entry point of the
-    policy's decision (:func:`input_scan`, then :func:`decide`). Cached on the call."""
-    cached = call._cache.get("numerics")
-    if cached is None:
-        dtype, finite, ok = decide(call, *input_scan(call))
-        cached = call._cache["numerics"] = (dtype, finite)
-        call._cache["fused-backward-ok"] = ok
-    return cached
+    """(compute dtype, all inputs finite) of :func:`decision`."""
+    d = decision(call)
+    return d.compute, d.finite
 
 
 def float64_reason(call: AttentionCall) -> Float64Reason | None:
-    """Why :func:`numerics` computes ``call`` in float64 (P5), None when it does not."""
-    numerics(call)
-    return call._cache.get("float64-reason")
+    """Why :func:`decision` computes ``call`` in float64 (P5), None when it does not."""
+    return decision(call).float64_reason
 
 
 def fused_backward_ok(call: AttentionCall) -> bool:
     """False when ``call`` needs gradients and its scores are so large, even in the compute
     dtype of :func:`numerics`, that a fused backward (which recomputes exp(s - logsumexp) from
     scores it computes again) would be inexact: |s| * eps(compute) >= GRAD_SCORE_ERROR. Backends
-    then differentiate through an explicit softmax instead."""
-    numerics(call)
-    return call._cache["fused-backward-ok"]
+    then differentiate through an explicit softmax instead (:func:`decision`)."""
+    return decision(call).fused_backward_ok
 
 
 def _sanitized(call: AttentionCall) -> AttentionCall:
     """The call with non-finite entries of q, k and v replaced by 0."""
     q, k, v = (torch.where(torch.isfinite(t), t, 0) for t in (call.q, call.k, call.v))
-    return dataclasses.replace(call, q=q, k=k, v=v, _cache={})
+    return dataclasses.replace(call, q=q, k=k, v=v)
 
 
 def _lift(t: Tensor, mask_ndim: int, batch_ndim: int) -> Tensor:
@@ -284,20 +223,21 @@ def nonfinite_rows(call: AttentionCall) -> Tensor:
     return torch.cat(parts, dim=-1)
 
 
-Impl = Callable[["AttentionCall", torch.dtype], tuple[Tensor, Tensor | None]]
+Impl = Callable[[AttentionCall, torch.dtype], tuple[Tensor, Tensor | None]]
 
 
 def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
     """Run ``impl(call, compute_dtype) -> (output, weights or None)`` under the policy: choose
     the compute dtype (P4, P5), keep non-finite keys and values out of the kernel and turn the
     rows that attend to non-finite values into NaN (P6); results in the call's dtype."""
-    compute, finite = numerics(call)
-    work = call
+    d = decision(call)
+    work, compute, finite = call, d.compute, d.finite
     if not finite:
         work = _sanitized(call)
-        compute, _ = numerics(work)
+        d = decision(work)
+        compute = d.compute
     if compute == torch.float64 and call.dtype != torch.float64:
-        warn_float64(float64_reason(work))  # once per process: the call is slower than asked
+        warn_float64(d.float64_reason)  # once per process: the call is slower than asked
     out, weights = impl(work, compute)
     if out.dtype != call.dtype:
         out = out.to(call.dtype)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -39,6 +40,7 @@ from attnkit.kernels.tuning import DEFAULT, current
 
 __all__ = [
     "WARM_CALLS",
+    "ScanPlan",
     "absmax",
     "absmax3",
     "absmax_bits",
@@ -169,40 +171,44 @@ def absmax_bits(t: Tensor) -> float | None:
     return _from_bits(fn(*block), t.dtype)
 
 
-def plan3(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int] | None:
-    """The entry counts of the dense blocks of q, k and v (:func:`dense_span`) when the bit scan
-    can read all three (one float dtype, CPU, plain strided tensors), else None.
+@dataclass(frozen=True)
+class ScanPlan:
+    """What the bit scan reads of a call signature's q, k and v: the entry counts of their
+    dense blocks (:func:`dense_span`), each read from the tensor's ``data_ptr()``.
 
     It depends only on what a call signature of :mod:`attnkit.kernels.dispatch` fixes (tensor
-    type, dtype, device, shape, strides), so dispatch remembers it with the choice and
-    :func:`absmax3` skips these checks on repeated signatures."""
+    type, dtype, device, shape, strides): dispatch remembers it with the choice
+    (:func:`plan3`, once per signature) and hands it to every call of the signature
+    (``call.memo.scan_plan``), so :func:`absmax3` skips these checks on repeated signatures.
+    """
+
+    q: int
+    k: int
+    v: int
+
+
+def plan3(q: Tensor, k: Tensor, v: Tensor) -> ScanPlan | None:
+    """The :class:`ScanPlan` of q, k and v when the bit scan can read all three (one float
+    dtype, CPU, plain strided tensors), else None."""
     if not (q.dtype == k.dtype == v.dtype):
         return None
     bq, bk, bv = _block(q), _block(k), _block(v)
     if bq is None or bk is None or bv is None:
         return None
-    return bq[1], bk[1], bv[1]
+    return ScanPlan(bq[1], bk[1], bv[1])
 
 
-def absmax3(q: Tensor, k: Tensor, v: Tensor, planned: tuple | None = None) -> tuple:
+def absmax3(q: Tensor, k: Tensor, v: Tensor, plan: ScanPlan | None = None) -> tuple:
     """(max|q|, max|k|, max|v|) as :func:`absmax` gives them (one numba call when the bit scan
-    reads all three). ``planned``: ``(q, k, v, plan)`` with :func:`plan3` of tensors of the same
-    signature (type, dtype, device, shape, strides), remembered by dispatch; used only when it
-    names these very tensor objects, and then float32 calls take the shortest path."""
+    reads all three). ``plan``: :func:`plan3` of these tensors' signature (type, dtype, device,
+    shape, strides), which dispatch remembered (the caller vouches for the signature: a call's
+    memo holds the plan of the call's own tensors); float32 calls then take the shortest path."""
     n = q.numel() + k.numel() + v.numel()
     if n >= current().scan_threaded_min and torch.get_num_threads() > 1:
         return absmax_torch(q), absmax_torch(k), absmax_torch(v)
     kern = _state.get("ready")
-    if (
-        kern is not None
-        and planned is not None
-        and planned[3] is not None
-        and planned[0] is q
-        and planned[1] is k
-        and planned[2] is v
-        and q.dtype is _FLOAT32
-    ):
-        nq, nk, nv = planned[3]
+    if kern is not None and plan is not None and q.dtype is _FLOAT32:
+        nq, nk, nv = plan.q, plan.k, plan.v
         try:
             ptrs = q.data_ptr(), k.data_ptr(), v.data_ptr()
         except RuntimeError:  # no storage (functorch-wrapped tensors of the same signature)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.files import write_atomic
-from attnkit.kernels.tuning import DEFAULT, Tuning, constants
+from attnkit.kernels.tuning_values import DEFAULT, Tuning, constants
 
 __all__ = [
     "SCHEMA",

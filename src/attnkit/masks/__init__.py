@@ -57,7 +57,8 @@ The grids in the docstrings are checked against :meth:`Mask.materialize` by the 
 
 from attnkit.masks.alibi import ALiBi, alibi, alibi_slopes
 from attnkit.masks.band import Band, Causal, SlidingWindow
-from attnkit.masks.base import (
+from attnkit.masks.base import Intersection, Mask, Union
+from attnkit.masks.blocks import (
     BLOCK_MAP_CACHE_SIZE,
     EMPTY,
     FULL,
@@ -65,9 +66,7 @@ from attnkit.masks.base import (
     PLAN_CACHE_SIZE,
     Alignment,
     LRUCache,
-    Mask,
 )
-from attnkit.masks.combine import Intersection, Union
 from attnkit.masks.indexed import Document, KeyPadding, PrefixLM
 from attnkit.masks.tensor import (
     KeyColumns,

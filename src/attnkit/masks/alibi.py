@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from attnkit import checks
-from attnkit.masks.base import FULL, Mask, offset
+from attnkit.masks.base import Mask
+from attnkit.masks.blocks import FULL, offset
 
 __all__ = ["ALiBi", "alibi", "alibi_slopes"]
 

@@ -8,7 +8,8 @@ import math
 import torch
 
 from attnkit import checks
-from attnkit.masks.base import Alignment, Mask, block_edges, check_alignment, classify, offset
+from attnkit.masks.base import Mask
+from attnkit.masks.blocks import Alignment, block_edges, check_alignment, classify, offset
 
 __all__ = ["Band", "Causal", "SlidingWindow"]
 
@@ -39,6 +40,12 @@ class Band(Mask):
 
     def as_band(self) -> Band:
         return self
+
+    def intersect(self, other: Band) -> Band | None:
+        """The band both this one and ``other`` allow (None when their alignments differ)."""
+        if other.alignment != self.alignment:
+            return None
+        return Band(max(self.lo, other.lo), min(self.hi, other.hi), self.alignment)
 
     _band = as_band
 

@@ -1,124 +1,37 @@
-"""The :class:`Mask` base class, block classes, bounded LRU caches and the block helpers every
-mask kind shares (see :mod:`attnkit.masks` for the conventions and the shape legend)."""
+"""The :class:`Mask` base class and its combinations :class:`Intersection` (``a & b``, both
+allow; biases add) and :class:`Union` (``a | b``, either allows; refused for masks with a score
+bias), which its operators build. The shared vocabulary (block classes, alignments, caches,
+block helpers) is :mod:`attnkit.masks.blocks` (see :mod:`attnkit.masks` for
+the conventions and the shape legend)."""
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnkit import checks
+from attnkit.masks.blocks import (
+    BLOCK_MAP_CACHE_SIZE,
+    EMPTY,
+    EVAL_ELEMENTS,
+    FULL,
+    PARTIAL,
+    PLAN_CACHE_SIZE,
+    LRUCache,
+    check_sizes,
+    classify,
+    classify_tile,
+    common_batch,
+    lift_batch,
+    refine,
+    saturate,
+)
+from attnkit.tensor_version import version
 
-EMPTY, PARTIAL, FULL = 0, 1, 2
-"""Block classes returned by :meth:`Mask.block_map` (int8 values)."""
-
-Alignment = Literal["top_left", "bottom_right"]
-ALIGNMENTS = ("top_left", "bottom_right")
-
-BLOCK_MAP_CACHE_SIZE = 16
-"""Shapes whose block maps are kept per mask object (least recently used dropped first)."""
-
-PLAN_CACHE_SIZE = 64
-"""Kernel plans kept per mask object (least recently used dropped first)."""
-
-_EVAL_ELEMENTS = 2**22
-"""Most mask entries evaluated at once when a block map needs exact evaluation."""
-
-
-class LRUCache(OrderedDict):
-    """A bounded, named least-recently-used cache (a dict that drops its oldest entries).
-
-    ``get(key)`` and ``put(key, value)`` (or ``cache[key] = value``) mark the key as recently
-    used; once more than ``maxsize`` entries are held, the least recently used is dropped.
-    """
-
-    def __init__(self, name: str = "cache", maxsize: int = 16) -> None:
-        super().__init__()
-        self.name = name
-        self.maxsize = checks.positive_int("maxsize", maxsize)
-
-    def get(self, key: Hashable, default: Any = None) -> Any:
-        """The value for ``key`` (now the most recently used), or ``default``."""
-        try:
-            self.move_to_end(key)
-        except KeyError:
-            return default
-        return super().__getitem__(key)
-
-    def put(self, key: Hashable, value: Any) -> Any:
-        """Store ``value`` under ``key``, drop the oldest entries beyond ``maxsize``; ``value``."""
-        self[key] = value
-        return value
-
-    def __setitem__(self, key: Hashable, value: Any) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self.maxsize:
-            self.popitem(last=False)
-
-    def __repr__(self) -> str:
-        return f"LRUCache({self.name!r}, {len(self)}/{self.maxsize} entries)"
-
-
-def check_alignment(alignment: object) -> str:
-    """``alignment`` if it is "top_left" or "bottom_right" (TypeError / ValueError otherwise)."""
-    return checks.choice("alignment", alignment, ALIGNMENTS)
-
-
-def offset(alignment: str | None, q_len: int, kv_len: int) -> int:
-    """Shift added to a query index so that it lines up with key indices (Lk - Lq when
-    bottom-right aligned, else 0)."""
-    return kv_len - q_len if alignment == "bottom_right" else 0
-
-
-def block_edges(n: int, block: int) -> tuple[Tensor, Tensor]:
-    """First and last index (inclusive) of every block of ``range(n)``: two (n_blocks,) tensors."""
-    starts = torch.arange(0, n, block)
-    ends = torch.clamp(starts + block, max=n) - 1
-    return starts, ends
-
-
-def classify(all_in: Tensor, any_in: Tensor) -> Tensor:
-    """Block classes (int8) from 'every entry allowed' / 'some entry allowed' booleans."""
-    all_in, any_in = torch.broadcast_tensors(all_in, any_in)
-    out = torch.full(all_in.shape, PARTIAL, dtype=torch.int8)
-    out[~any_in] = EMPTY
-    out[all_in] = FULL
-    return out
-
-
-def classify_tile(t: Tensor, block_q: int, block_kv: int) -> Tensor:
-    """Block classes of an evaluated tile ``(..., n, m)`` bool cut into blocks from its top-left
-    corner (the last block in each direction may be shorter): int8 (..., ceil(n/bq), ceil(m/bk))."""
-    n, m = t.shape[-2:]
-    pq, pk = -n % block_q, -m % block_kv
-    # padding must not change the classification: pad with True for 'all', False for 'any'
-    all_in = torch.nn.functional.pad(t, (0, pk, 0, pq), value=True) if pq or pk else t
-    any_in = torch.nn.functional.pad(t, (0, pk, 0, pq), value=False) if pq or pk else t
-    shape = t.shape[:-2] + ((n + pq) // block_q, block_q, (m + pk) // block_kv, block_kv)
-    all_b = all_in.reshape(shape).all(-1).all(-2)
-    any_b = any_in.reshape(shape).any(-1).any(-2)
-    return classify(all_b, any_b)
-
-
-def check_sizes(q_len: object, kv_len: object) -> tuple[int, int]:
-    """Both lengths as positive ints (TypeError / ValueError naming q_len or kv_len)."""
-    return checks.positive_int("q_len", q_len), checks.positive_int("kv_len", kv_len)
-
-
-def saturate(t: Tensor, dtype: torch.dtype | None) -> Tensor:
-    """``t`` cast to ``dtype`` with finite values clamped to +-finfo(dtype).max first, so a bias
-    too large for ``dtype`` saturates instead of becoming +-inf (policy P5)."""
-    if dtype is None:
-        return t
-    big = torch.finfo(dtype).max
-    if t.dtype.is_floating_point and torch.finfo(t.dtype).max > big:
-        t = torch.where(torch.isfinite(t), t.clamp(-big, big), t)
-    return t.to(dtype)
+__all__ = ["Intersection", "Mask", "Union", "require_mask"]
 
 
 class Mask:
@@ -155,7 +68,7 @@ class Mask:
         batch_shape + (nq, nk). The default evaluates the mask in row chunks of blocks."""
         nq = math.ceil(q_len / block_q)
         nk = math.ceil(kv_len / block_kv)
-        rows_per_step = max(1, _EVAL_ELEMENTS // max(1, block_q * kv_len * self._batch_numel()))
+        rows_per_step = max(1, EVAL_ELEMENTS // max(1, block_q * kv_len * self._batch_numel()))
         parts = []
         for b0 in range(0, nq, rows_per_step):
             q0, q1 = b0 * block_q, min((b0 + rows_per_step) * block_q, q_len)
@@ -198,12 +111,12 @@ class Mask:
             t for leaf in self.leaves() for t in vars(leaf).values() if isinstance(t, Tensor)
         )
 
-    def data_version(self) -> tuple[int, ...]:
+    def data_version(self) -> tuple[int | None, ...]:
         """The in-place version counters of the tensors the leaves of this mask hold: a change
         (``t[...] = x`` on a tensor given to :func:`from_tensor`, ``key_padding``, ...) means the
         cached block maps and plans describe old data. Inference tensors keep no counter
-        (-1): changing one in place inside ``torch.inference_mode`` is not seen."""
-        return tuple(-1 if t.is_inference() else t._version for t in self.tensors())
+        (None): changing one in place inside ``torch.inference_mode`` is not seen."""
+        return tuple(version(t) for t in self.tensors())
 
     def _fresh_caches(self) -> None:
         """Drop the block-map and plan caches when a held tensor changed in place since they
@@ -244,8 +157,9 @@ class Mask:
     def _batch_numel(self) -> int:
         return math.prod(self.batch_shape)
 
-    def _classes(self, q_len: int, kv_len: int, block_q: int, block_kv: int) -> Tensor:
-        """Cached exact classes of the allowed part, int8 batch_shape + (nq, nk), contiguous."""
+    def classes(self, q_len: int, kv_len: int, block_q: int, block_kv: int) -> Tensor:
+        """Exact classes of the allowed part (any bias ignored, unlike :meth:`block_map`): int8
+        batch_shape + (nq, nk), contiguous, unchecked arguments; cached: treat as read-only."""
         key = ("allowed", q_len, kv_len, block_q, block_kv)
         cache = self.block_map_cache
         bm = cache.get(key)
@@ -318,20 +232,16 @@ class Mask:
         cache = self.block_map_cache
         bm = cache.get(key)
         if bm is None:
-            bm = self._classes(q_len, kv_len, block_q, block_kv)
+            bm = self.classes(q_len, kv_len, block_q, block_kv)
             if self.has_bias:
                 bm = torch.where(bm == FULL, torch.tensor(PARTIAL, dtype=torch.int8), bm)
             cache.put(key, bm)
         return bm
 
     def __and__(self, other: Mask) -> Mask:
-        from attnkit.masks.combine import Intersection
-
         return Intersection(self, require_mask(other, "&"))
 
     def __or__(self, other: Mask) -> Mask:
-        from attnkit.masks.combine import Union
-
         return Union(self, require_mask(other, "|"))
 
     def __repr__(self) -> str:
@@ -346,3 +256,109 @@ def require_mask(other: object, op: str) -> Mask:
     if not isinstance(other, Mask):
         raise TypeError(f"mask {op} other: expected a Mask, got {type(other).__name__}")
     return other
+
+
+# ---------------------------------------------------------------------------------------------
+# combinations
+# ---------------------------------------------------------------------------------------------
+class _Pair(Mask):
+    """Two masks combined element-wise; ``a`` and ``b`` (also :attr:`parts`) are the operands."""
+
+    def __init__(self, a: Mask, b: Mask) -> None:
+        self.a, self.b = require_mask(a, "a"), require_mask(b, "b")
+        self.batch_shape = common_batch(a, b)
+
+    @property
+    def parts(self) -> tuple[Mask, ...]:
+        return (self.a, self.b)
+
+    def _lifted(self, fa, fb):
+        nb = len(self.batch_shape)
+        return (None if fa is None else lift_batch(fa, nb)), (
+            None if fb is None else lift_batch(fb, nb)
+        )
+
+    _parts = _lifted  # older private name
+
+    def _both(self, q_len, kv_len, block_q, block_kv):
+        return self._lifted(
+            self.a.classes(q_len, kv_len, block_q, block_kv),
+            self.b.classes(q_len, kv_len, block_q, block_kv),
+        )
+
+
+class Intersection(_Pair):
+    """``a & b``: a key is allowed where both masks allow it; score biases add up.
+    ``Intersection(causal(), key_padding([2]))`` equals ``causal() & key_padding([2])``."""
+
+    def __init__(self, a: Mask, b: Mask) -> None:
+        super().__init__(a, b)
+        self.has_bias = a.has_bias or b.has_bias
+
+    def _allowed(self, qi, kj, q_len, kv_len):
+        a, b = self._lifted(
+            self.a._allowed(qi, kj, q_len, kv_len), self.b._allowed(qi, kj, q_len, kv_len)
+        )
+        return a & b
+
+    def _bias(self, qi, kj, q_len, kv_len):
+        ba = self.a._bias(qi, kj, q_len, kv_len) if self.a.has_bias else None
+        bb = self.b._bias(qi, kj, q_len, kv_len) if self.b.has_bias else None
+        ba, bb = self._lifted(ba, bb)
+        if ba is None:
+            return bb
+        return ba if bb is None else ba + bb
+
+    def as_band(self) -> Any:
+        ba, bb = self.a.as_band(), self.b.as_band()
+        if ba is None or bb is None:
+            return None
+        return ba.intersect(bb)
+
+    _band = as_band
+
+    def _block_map(self, q_len, kv_len, block_q, block_kv):
+        band = self.as_band()
+        if band is not None:
+            return band._block_map(q_len, kv_len, block_q, block_kv)
+        ma, mb = self._both(q_len, kv_len, block_q, block_kv)
+        full = (ma == FULL) & (mb == FULL)
+        empty = (ma == EMPTY) | (mb == EMPTY)
+        bm = classify(full, ~empty).expand(self.batch_shape + full.shape[-2:])
+        # two partial blocks may leave nothing allowed together: evaluate those exactly
+        ambiguous = ((ma == PARTIAL) & (mb == PARTIAL)).expand(bm.shape)
+        return refine(self, bm, ambiguous, q_len, kv_len, block_q, block_kv)
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} & {self.b!r})"
+
+
+class Union(_Pair):
+    """``a | b``: a key is allowed where either mask allows it. Not defined for masks with a
+    score bias (ambiguous): combine the boolean parts with ``|`` and add the bias with ``&``."""
+
+    def __init__(self, a: Mask, b: Mask) -> None:
+        if require_mask(a, "a").has_bias or require_mask(b, "b").has_bias:
+            raise ValueError(
+                "mask: '|' is not defined for masks with a score bias (additive float masks, "
+                "ALiBi); combine the boolean parts with '|' and add the bias with '&'"
+            )
+        super().__init__(a, b)
+
+    def _allowed(self, qi, kj, q_len, kv_len):
+        a, b = self._lifted(
+            self.a._allowed(qi, kj, q_len, kv_len), self.b._allowed(qi, kj, q_len, kv_len)
+        )
+        return a | b
+
+    def _block_map(self, q_len, kv_len, block_q, block_kv):
+        ma, mb = self._both(q_len, kv_len, block_q, block_kv)
+        full = (ma == FULL) | (mb == FULL)
+        empty = (ma == EMPTY) & (mb == EMPTY)
+        bm = classify(full, ~empty).expand(self.batch_shape + full.shape[-2:])
+        # two partial blocks may together cover the block: evaluate those exactly
+        ambiguous = ((ma == PARTIAL) & (mb == PARTIAL)).expand(bm.shape)
+        return refine(self, bm, ambiguous, q_len, kv_len, block_q, block_kv)
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} | {self.b!r})"

@@ -10,12 +10,12 @@ from torch import Tensor
 
 from attnkit import checks
 from attnkit.masks.band import Causal
-from attnkit.masks.base import (
-    _EVAL_ELEMENTS,
+from attnkit.masks.base import Mask
+from attnkit.masks.blocks import (
     EMPTY,
+    EVAL_ELEMENTS,
     FULL,
     Alignment,
-    Mask,
     block_edges,
     check_alignment,
     classify,
@@ -170,7 +170,7 @@ class Document(Mask):
             n_ids = len(uniq)
         rows = qids.shape[0]
         nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
-        if rows * max(nq, nk) * n_ids > 4 * _EVAL_ELEMENTS:  # many distinct ids: evaluate
+        if rows * max(nq, nk) * n_ids > 4 * EVAL_ELEMENTS:  # many distinct ids: evaluate
             return super()._block_map(q_len, kv_len, block_q, block_kv)
         pq = _presence(inv[: qids.numel()].reshape(qids.shape), block_q, n_ids)
         pk = _presence(inv[qids.numel() :].reshape(kids.shape), block_kv, n_ids)

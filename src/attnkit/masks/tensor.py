@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from attnkit import checks, tensor_checks
-from attnkit.masks.base import Alignment, Mask, check_alignment, classify_tile, offset
+from attnkit.masks.base import Mask
+from attnkit.masks.blocks import Alignment, check_alignment, classify_tile, offset
 
 __all__ = [
     "Predicate",

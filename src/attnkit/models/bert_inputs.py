@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from tokenizers import Encoding, Tokenizer
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from attnkit.models.bert import BertConfig
+from attnkit.models.bert_config import BertConfig
 
 __all__ = ["BertInputs", "check", "collate", "encode", "pad_id", "to_inputs"]
 

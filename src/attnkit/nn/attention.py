@@ -31,7 +31,7 @@ import weakref
 import torch
 from torch import Tensor, nn
 
-from attnkit import checks, functional, tensor_checks
+from attnkit import checks, functional, tensor_checks, tensor_version
 from attnkit.masks import Mask
 from attnkit.nn.attention_fn import AttentionFn, default_attention
 from attnkit.nn.cache import KVCache
@@ -287,10 +287,8 @@ class MultiHeadAttention(nn.Module):
         call checked the same mask object (same tensor version) at the same sizes."""
         if mask is None:
             return
-        try:
-            version = mask._version if isinstance(mask, Tensor) else None
-        except RuntimeError:  # an inference tensor has no version counter: check every time
-            version = False
+        counter = tensor_version.version(mask) if isinstance(mask, Tensor) else -1
+        version = False if counter is None else counter  # inference tensor: check every time
         key = (id(mask), version, b, lq, lk, device)
         last = _CHECKED_MASK.get(self)
         if last is not None and last[0] == key and last[1]() is mask:

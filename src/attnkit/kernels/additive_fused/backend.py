@@ -61,7 +61,7 @@ def _impl(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
         from attnkit.kernels.torch_math import MathBackend  # same layer, imported when needed
 
         cast = {n: getattr(call, n).to(compute) for n in ("q", "k", "v", "w_q", "w_k", "w_v")}
-        return MathBackend().run(dataclasses.replace(call, **cast, _cache={}))[0], None
+        return MathBackend().run(dataclasses.replace(call, **cast))[0], None
     batch, lq, lk = call.batch_shape, call.q_len, call.kv_len
     h = call.w_v.shape[0]
     qp = (call.q @ call.w_q.transpose(0, 1)).reshape(-1, lq, h)  # (BH, Lq, h)

@@ -34,14 +34,8 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, lift_mask_tensor
-from attnkit.kernels.numerics import (
-    OVERFLOW_MARGIN,
-    bias_bound,
-    compute_dtype,
-    mask_tensors,
-    nonfinite_rows,
-    refuse_nonfinite_bias,
-)
+from attnkit.kernels.mask_bias import bias_bound, nonfinite_bias, refuse_nonfinite_bias
+from attnkit.kernels.numerics import OVERFLOW_MARGIN, compute_dtype, nonfinite_rows
 from attnkit.kernels.precision import Float64Reason, warn_float64
 
 ROW_CHUNK = 2**22
@@ -56,8 +50,7 @@ def input_stats(call: AttentionCall) -> dict[str, float]:
     names = ("q", "w_q", "k", "w_k", "v")
     parts = [torch.stack(torch.aminmax(getattr(call, n).detach())).double() for n in names]
     parts.append(call.w_v.detach().abs().sum(dtype=torch.float64).reshape(1))
-    bad = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in mask_tensors(call.mask)]
-    parts.append(torch.stack(bad).any().double().reshape(1) if bad else torch.zeros(1).double())
+    parts.append(nonfinite_bias(call.mask).double().reshape(1))
     flat = torch.cat(parts).tolist()  # (min, max) of each of names, then sum|w_v|, bias_bad
     stats = {n: max(abs(flat[2 * i]), abs(flat[2 * i + 1])) for i, n in enumerate(names)}
     for i, n in enumerate(names):
@@ -157,7 +150,7 @@ def run_additive(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None
     work = call
     if not finite:
         q, k, v, w_q, w_k, w_v = (_finite_or_zero(t) for t in call.tensors())
-        work = dataclasses.replace(call, q=q, k=k, v=v, w_q=w_q, w_k=w_k, w_v=w_v, _cache={})
+        work = dataclasses.replace(call, q=q, k=k, v=v, w_q=w_q, w_k=w_k, w_v=w_v)
         stats = input_stats(work)
     dtype = choose_dtype(work, stats)
     if dtype == torch.float64 and call.dtype != torch.float64:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call_state import MemoKey
 from attnkit.kernels.tuning import DEFAULT, current
 from attnkit.masks import FULL, PARTIAL
 
@@ -52,13 +53,20 @@ class MaskTiles:
         return self.mask_index, self.classes, self.tile_id, self.tiles
 
 
+@dataclass(frozen=True)
+class TilesKey(MemoKey[MaskTiles]):
+    """A call's :class:`MaskTiles` in (block_q x block_k) tiles, in the call's memo."""
+
+    block_q: int
+    block_k: int
+
+
 def mask_tiles(call: AttentionCall) -> MaskTiles:
-    """Tile classes and packed partial tiles of ``call.mask`` (cached on the call), in the tile
-    of the tuning in use."""
-    if "additive_fused_tiles" not in call._cache:
-        t = current()
-        call._cache["additive_fused_tiles"] = _build(call, t.additive_block_q, t.additive_block_k)
-    return call._cache["additive_fused_tiles"]
+    """Tile classes and packed partial tiles of ``call.mask`` (kept in the call's memo), in the
+    tile of the tuning in use."""
+    t = current()
+    bq, bk = t.additive_block_q, t.additive_block_k
+    return call.memo.get(TilesKey(bq, bk), lambda: _build(call, bq, bk))
 
 
 def _build(call: AttentionCall, BLOCK_Q: int, BLOCK_K: int) -> MaskTiles:  # noqa: N803

@@ -55,7 +55,8 @@ from attnkit.kernels.blocksparse.keep import draw_seed
 from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_tile
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
-from attnkit.kernels.numerics import fused_backward_ok, mask_tensors, numerics, run_dot
+from attnkit.kernels.mask_bias import mask_tensors
+from attnkit.kernels.numerics import fused_backward_ok, numerics, run_dot
 from attnkit.kernels.torch_math import plain_attention
 from attnkit.kernels.tuning import DEFAULT, current
 

@@ -27,6 +27,7 @@ product of the other batch dims (heads), ``Lq``/``Lk`` lengths, ``W`` keys per w
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -35,6 +36,7 @@ from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.fold import fold_plan
 from attnkit.kernels.blocksparse.plans import BandPlan, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import Call
+from attnkit.kernels.call_state import MemoKey
 from attnkit.kernels.dense import open_empty_rows
 from attnkit.kernels.tuning import DEFAULT, current
 from attnkit.masks import EMPTY, FULL, Intersection, Mask, document
@@ -303,6 +305,21 @@ def _to_elements(t: Tensor, mask: Mask, lead: int, lead_shape: tuple[int, ...]) 
     return t.expand(lead_shape + t.shape[-2:]).reshape((-1,) + t.shape[-2:])
 
 
+@dataclass(frozen=True)
+class PlanKey(MemoKey[Plan]):
+    """What a plan depends on beyond the mask: the lengths, the block sizes, the dtype of its
+    tile masks, the leading dims of q the mask's batch dims cover, and the folded heads. The key
+    of the plan in the call's memo and in the mask's ``plan_cache`` (for calls to come)."""
+
+    q_len: int
+    kv_len: int
+    block_q: int
+    block_kv: int
+    dtype: torch.dtype
+    lead_shape: tuple[int, ...]
+    fold: int
+
+
 def make_plan(
     call: AttentionCall,
     block_q: int | None = None,
@@ -310,8 +327,8 @@ def make_plan(
     dtype: torch.dtype | None = None,
     fold: int = 1,
 ) -> Plan:
-    """The plan for ``call`` with tile masks in ``dtype`` (default: the call's dtype), cached on
-    the call, and on the mask object for reuse across calls with the same shapes (masks are
+    """The plan for ``call`` with tile masks in ``dtype`` (default: the call's dtype), kept in the
+    call's memo, and on the mask object for reuse across calls with the same shapes (masks are
     immutable by convention) unless a bias tensor requires grad (its tiles are graph nodes).
     Block sizes default to the tuning in use.
 
@@ -321,14 +338,17 @@ def make_plan(
     block_q = block_q or current().blocksparse_block_q
     block_kv = block_kv or current().blocksparse_block_kv
     dtype = dtype or call.dtype
-    key = ("blocksparse-plan", block_q, block_kv, dtype, fold)
-    if key in call._cache:
-        return call._cache[key]
     lead_shape = tuple(call.q.shape[: _lead_dims(call.mask)])
-    mkey = ("blocksparse-plan", call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape)
-    mkey += (fold,)
+    key = PlanKey(call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape, fold)
+    return call.memo.get(key, lambda: _plan(call, key))
+
+
+def _plan(call: AttentionCall, key: PlanKey) -> Plan:
+    """:func:`make_plan` for a call that has none in its memo: from the mask's plan cache, or
+    built (and kept there)."""
+    block_q, block_kv, dtype, fold = key.block_q, key.block_kv, key.dtype, key.fold
     mcache = None if call.bias_needs_grad else call.mask.plan_cache
-    plan = None if mcache is None else mcache.get(mkey)
+    plan = None if mcache is None else mcache.get(key)
     if plan is None and single_tile(call) and fold == 1:
         causal = call.mask.is_plain_causal
         band = None if causal else _band_keys(call)
@@ -339,6 +359,5 @@ def make_plan(
         plan = plan and fold_plan(plan, fold)
         plan = plan or fold_plan(_rows_plan(call, block_q, block_kv, dtype), fold)
         if mcache is not None:
-            mcache.put(mkey, plan)
-    call._cache[key] = plan
+            mcache.put(key, plan)
     return plan

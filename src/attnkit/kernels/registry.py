@@ -1,0 +1,28 @@
+"""The registry of attention backends: ``BACKENDS`` maps a name to a backend instance.
+
+:mod:`attnkit.kernels.dispatch` reads it (and holds the preference order); ``attnkit.kernels``
+re-exports it. Tests may add or replace entries (``monkeypatch.setitem``): every reader looks
+names up in this one dict.
+"""
+
+from __future__ import annotations
+
+from attnkit.kernels.additive_fused import AdditiveFusedBackend
+from attnkit.kernels.base import Backend
+from attnkit.kernels.blocksparse import BlocksparseBackend
+from attnkit.kernels.decode import DecodeBackend
+from attnkit.kernels.dense import DenseBackend
+from attnkit.kernels.torch_math import MathBackend
+
+__all__ = ["BACKENDS"]
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        DecodeBackend(),
+        BlocksparseBackend(),
+        DenseBackend(),
+        AdditiveFusedBackend(),
+        MathBackend(),
+    )
+}
