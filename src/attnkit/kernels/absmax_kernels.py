@@ -19,8 +19,9 @@ This module imports numba; attnkit loads it only through
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit, types
-from numba.extending import intrinsic
+from numba import carray, njit
+
+from attnkit.kernels.nb_memory import pointer_i16, pointer_i32, pointer_i64
 
 __all__ = [
     "absmax3_bits16",
@@ -32,32 +33,10 @@ __all__ = [
 ]
 
 
-def _pointer_codegen(kind):
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(kind)))
-
-    return codegen
-
-
-@intrinsic
-def _ptr16(typingctx, address):
-    return types.CPointer(types.int16)(types.intp), _pointer_codegen(types.int16)
-
-
-@intrinsic
-def _ptr32(typingctx, address):
-    return types.CPointer(types.int32)(types.intp), _pointer_codegen(types.int32)
-
-
-@intrinsic
-def _ptr64(typingctx, address):
-    return types.CPointer(types.int64)(types.intp), _pointer_codegen(types.int64)
-
-
 @njit(cache=True, nogil=True)
 def absmax_bits16(address: int, n: int) -> int:
     """max over i < n of (bits_i & 0x7FFF) for n int16 words at ``address`` (float16/bfloat16)."""
-    a = carray(_ptr16(address), n)
+    a = carray(pointer_i16(address), n)
     low = np.int16(0x7FFF)
     m = np.int16(0)
     for i in range(n):
@@ -68,7 +47,7 @@ def absmax_bits16(address: int, n: int) -> int:
 @njit(cache=True, nogil=True)
 def absmax_bits32(address: int, n: int) -> int:
     """max over i < n of (bits_i & 0x7FFFFFFF) for n int32 words at ``address`` (float32)."""
-    a = carray(_ptr32(address), n)
+    a = carray(pointer_i32(address), n)
     low = np.int32(0x7FFFFFFF)
     m = np.int32(0)
     for i in range(n):
@@ -79,7 +58,7 @@ def absmax_bits32(address: int, n: int) -> int:
 @njit(cache=True, nogil=True)
 def absmax_bits64(address: int, n: int) -> int:
     """max over i < n of (bits_i & 0x7FFF...F) for n int64 words at ``address`` (float64)."""
-    a = carray(_ptr64(address), n)
+    a = carray(pointer_i64(address), n)
     low = np.int64(0x7FFFFFFFFFFFFFFF)
     m = np.int64(0)
     for i in range(n):

@@ -21,9 +21,9 @@ reaches them only through :func:`attnkit.kernels.numba_runtime.load_kernels`.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
+
+from attnkit.kernels.nb_memory import bits_to_f32
 
 __all__ = ["exp_nonpos_f32", "tanh_f32"]
 
@@ -63,17 +63,6 @@ def tanh_f32(x):
     return p / q
 
 
-@intrinsic
-def _bits_to_f32(typingctx, bits):
-    """Reinterpret the bits of an int32 as a float32 (no conversion)."""
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return sig, codegen
-
-
 _LOG2E = f32(1.44269504088896341)
 _LN2_HI = f32(0.693359375)
 _LN2_LO = f32(-2.12194440e-4)
@@ -104,4 +93,4 @@ def exp_nonpos_f32(x):
     p = p * r + _E4
     p = p * r + _E5
     y = p * (r * r) + r + _ONE
-    return y * _bits_to_f32((n + np.int32(127)) << np.int32(23))
+    return y * bits_to_f32((n + np.int32(127)) << np.int32(23))

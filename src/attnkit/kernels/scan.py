@@ -122,7 +122,7 @@ def _kernels() -> ModuleType | None:
             if numba_missing()
             else load_kernels(
                 "attnkit.kernels.absmax_kernels",
-                [Path(__file__).with_name("absmax_kernels.py")],
+                [Path(__file__).with_name(f) for f in ("absmax_kernels.py", "nb_memory.py")],
             )
         )
     return _state["kernels"]  # type: ignore[return-value]

@@ -39,7 +39,12 @@ relative precision as |x| shrinks (about eps / |2x|); when every projection is t
 kernels use tanh_f32, whose error stays relative (3.2e-7) down to the smallest floats."""
 
 _HERE = Path(__file__).resolve().parent
-KERNEL_FILES = (_HERE / "kernels.py", _HERE / "tiles.py", _HERE.parent / "nbmath.py")
+KERNEL_FILES = (
+    _HERE / "kernels.py",
+    _HERE / "tiles.py",
+    _HERE.parent / "nbmath.py",
+    _HERE.parent / "nb_memory.py",
+)
 """The files the compiled kernels depend on (their hash names the numba cache directory)."""
 
 

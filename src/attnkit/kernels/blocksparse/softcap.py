@@ -44,9 +44,9 @@ d 64, L 8,192, causal, inference, 2 threads, load 13, medians of 3): 2**19 22.2 
 1.9 s against 3.0 s. Under load every tensor operation waits for both threads, so few large
 tiles win."""
 
-KERNEL_FILES = tuple(Path(__file__).resolve().parent.parent / f for f in ("nbmath.py",)) + (
-    Path(__file__).resolve().parent / "softcap_kernels.py",
-)
+KERNEL_FILES = tuple(
+    Path(__file__).resolve().parent.parent / f for f in ("nbmath.py", "nb_memory.py")
+) + (Path(__file__).resolve().parent / "softcap_kernels.py",)
 
 
 def load_kernels() -> ModuleType:

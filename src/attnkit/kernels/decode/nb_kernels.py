@@ -29,10 +29,10 @@ This module imports numba; attnkit loads it only through
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import carray, njit, types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
+from attnkit.kernels.nb_memory import bits_to_f32, pointer_f32, pointer_i32, pointer_u16
 from attnkit.kernels.nbmath import exp_nonpos_f32
 
 __all__ = ["combine", "partials_bf16", "partials_f32"]
@@ -45,39 +45,6 @@ query row of the unit."""
 INLINE = dict(fastmath=FAST, error_model="numpy", forceinline=True)
 
 
-def _pointer(kind):
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(kind)))
-
-    return codegen
-
-
-@intrinsic
-def _f32p(typingctx, address):
-    return types.CPointer(types.float32)(types.intp), _pointer(types.float32)
-
-
-@intrinsic
-def _u16p(typingctx, address):
-    return types.CPointer(types.uint16)(types.intp), _pointer(types.uint16)
-
-
-@intrinsic
-def _i32p(typingctx, address):
-    return types.CPointer(types.int32)(types.intp), _pointer(types.int32)
-
-
-@intrinsic
-def _bits_f32(typingctx, bits):
-    """Reinterpret the bits of an int32 as a float32 (no conversion)."""
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return sig, codegen
-
-
 def _widen(x):
     """float32 of a stored element: itself, or a bfloat16's 16 bits shifted into float32's."""
 
@@ -85,7 +52,7 @@ def _widen(x):
 @overload(_widen, inline="always")
 def _widen_impl(x):
     if x == types.uint16:
-        return lambda x: _bits_f32(np.int32(x) << np.int32(16))
+        return lambda x: bits_to_f32(np.int32(x) << np.int32(16))
     return lambda x: x
 
 
@@ -142,11 +109,11 @@ def _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk,
 @njit(**INLINE)
 def _units(q_addr, k, v, ks, vs, rows, n, dk, dv, chunk, splits, scale, limit,
            m_addr, l_addr, acc_addr, bad_addr, units, first, step):  # fmt: skip
-    q = carray(_f32p(q_addr), (units // splits) * rows * dk)
-    m = carray(_f32p(m_addr), units * rows)
-    lsum = carray(_f32p(l_addr), units * rows)
-    acc = carray(_f32p(acc_addr), units * rows * dv)
-    bad = carray(_i32p(bad_addr), units)
+    q = carray(pointer_f32(q_addr), (units // splits) * rows * dk)
+    m = carray(pointer_f32(m_addr), units * rows)
+    lsum = carray(pointer_f32(l_addr), units * rows)
+    acc = carray(pointer_f32(acc_addr), units * rows * dv)
+    bad = carray(pointer_i32(bad_addr), units)
     sc, lim = np.float32(scale), np.float32(limit)
     for u in range(first, units, step):
         _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, sc, lim)
@@ -160,7 +127,7 @@ def partials_f32(
 ):  # fmt: skip
     """Units ``first, first + step, ...`` below ``units``; K and V float32 (strides in
     elements: ``ks_n`` between row blocks, ``ks_j`` between keys; spans in elements)."""
-    k, v = carray(_f32p(k_addr), k_span), carray(_f32p(v_addr), v_span)
+    k, v = carray(pointer_f32(k_addr), k_span), carray(pointer_f32(v_addr), v_span)
     _units(q_addr, k, v, (ks_n, ks_j), (vs_n, vs_j), rows, n, dk, dv, chunk, splits, scale,
            limit, m_addr, l_addr, acc_addr, bad_addr, units, first, step)  # fmt: skip
 
@@ -172,7 +139,7 @@ def partials_bf16(
     m_addr, l_addr, acc_addr, bad_addr, units, first, step,
 ):  # fmt: skip
     """:func:`partials_f32` with K and V bfloat16 (read as 16-bit words)."""
-    k, v = carray(_u16p(k_addr), k_span), carray(_u16p(v_addr), v_span)
+    k, v = carray(pointer_u16(k_addr), k_span), carray(pointer_u16(v_addr), v_span)
     _units(q_addr, k, v, (ks_n, ks_j), (vs_n, vs_j), rows, n, dk, dv, chunk, splits, scale,
            limit, m_addr, l_addr, acc_addr, bad_addr, units, first, step)  # fmt: skip
 
@@ -181,14 +148,14 @@ def partials_bf16(
 def combine(m_addr, l_addr, acc_addr, bad_addr, out_addr, blocks, splits, rows, dv):
     """Merge the splits of each row block into out (blocks, rows, dv) float32; 0 when no unit
     flagged its scores and every output entry is finite, else 1."""
-    bad = carray(_i32p(bad_addr), blocks * splits)
+    bad = carray(pointer_i32(bad_addr), blocks * splits)
     for u in range(blocks * splits):
         if bad[u]:
             return 1
-    m = carray(_f32p(m_addr), blocks * splits * rows)
-    lsum = carray(_f32p(l_addr), blocks * splits * rows)
-    acc = carray(_f32p(acc_addr), blocks * splits * rows * dv)
-    out = carray(_f32p(out_addr), blocks * rows * dv)
+    m = carray(pointer_f32(m_addr), blocks * splits * rows)
+    lsum = carray(pointer_f32(l_addr), blocks * splits * rows)
+    acc = carray(pointer_f32(acc_addr), blocks * splits * rows * dv)
+    out = carray(pointer_f32(out_addr), blocks * rows * dv)
     w = np.empty(splits, np.float32)
     finite = 0
     for i in range(blocks):

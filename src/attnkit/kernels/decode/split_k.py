@@ -39,6 +39,7 @@ thread costs more than reading this much."""
 KERNEL_FILES = [
     Path(__file__).with_name("nb_kernels.py"),
     Path(__file__).resolve().parent.parent / "nbmath.py",
+    Path(__file__).resolve().parent.parent / "nb_memory.py",
 ]
 
 
