@@ -22,7 +22,7 @@ from torch import Tensor
 
 from attnkit.masks import Mask
 from attnkit.masks.band import Band
-from attnkit.masks.combine import Intersection, Union
+from attnkit.masks.base import Intersection, Union
 from attnkit.masks.indexed import KeyPadding
 
 __all__ = ["KeyRange", "allowed_tile", "key_range"]
