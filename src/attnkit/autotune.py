@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -32,8 +32,9 @@ from attnkit.kernels import scan
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
+from attnkit.tune_rules import element_threshold, split_k_threshold
 
-__all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "element_threshold", "tune"]
+__all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "tune"]
 
 
 @dataclass(frozen=True)
@@ -139,29 +140,6 @@ def crossover(budget: Budget) -> Found:
     )
 
 
-def element_threshold(points: Sequence[tuple[float, float]], margin: float) -> int:
-    """``blocksparse_element_call_entries`` from measured points (skipped score entries per
-    per-element SDPA call, dense time / blocksparse time), without timing anything.
-
-    Per-element calls must beat dense by ``margin`` at every measured size from the threshold
-    up. When they do at every size, the threshold is the smallest measured one (nothing below
-    it was measured, so smaller calls keep dense); when they lose at the largest size, it is
-    4x that size (auto keeps dense on every measured size); otherwise the crossover lies
-    between the largest losing size and the next (winning) one, and the threshold is their
-    geometric mean."""
-    if not points:
-        raise ValueError("points: expected at least one (entries per call, ratio), got none")
-    pts = sorted((float(e), float(r)) for e, r in points)
-    first = len(pts)
-    while first > 0 and pts[first - 1][1] >= margin:
-        first -= 1
-    if first == len(pts):
-        return int(min(2**40, 4 * pts[-1][0]))
-    if first == 0:
-        return max(1, math.ceil(pts[0][0]))
-    return max(1, math.ceil(math.sqrt(pts[first - 1][0] * pts[first][0])))
-
-
 def _padded(b: int, h: int, length: int, d: int, lengths: torch.Tensor):
     """(q, k, v, key padding mask, skipped entries per per-element call as dispatch counts
     them, or None when dispatch would not consult the threshold for this call)."""
@@ -223,7 +201,10 @@ def blocks(budget: Budget) -> Found:
     for bq, bkv in cands:
 
         def run(bq=bq, bkv=bkv):
-            with use(dataclasses.replace(t0, blocksparse_block_q=bq, blocksparse_block_kv=bkv)):
+            t = dataclasses.replace(
+                t0, blocksparse_block_q=bq, blocksparse_block_kv=bkv, blocksparse_band_block_q=bq
+            )
+            with use(t):
                 return scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
 
         fns[(bq, bkv)] = run
@@ -238,6 +219,29 @@ def blocks(budget: Budget) -> Found:
         {"blocksparse_block_q": best[0], "blocksparse_block_kv": best[1]},
         f"window L/4, L={length}: {shown}",
     )
+
+
+def band_block(budget: Budget) -> Found:
+    """``blocksparse_band_block_q``: the fastest query block of a narrow band's forward
+    (sliding window 128: 257 keys per query; B=1, H=8, L = 4 * budget.length)."""
+    q, k, v = _qkv(1, 8, 4 * budget.length)
+    mask, t0 = M.sliding_window(128), current()
+    fns = {
+        bq: lambda bq=bq: _with(dataclasses.replace(t0, blocksparse_band_block_q=bq), q, k, v, mask)
+        for bq in (16, 32, 64, 128)
+    }
+    with torch.inference_mode():
+        times = _best_times(fns, budget.reps)
+    best = min(times, key=times.get)
+    if times.get(t0.blocksparse_band_block_q, math.inf) < budget.margin * times[best]:
+        best = t0.blocksparse_band_block_q
+    shown = ", ".join(f"{bq} rows {s * 1e3:.1f} ms" for bq, s in times.items())
+    return Found({"blocksparse_band_block_q": best}, f"window 128, L={4 * budget.length}: {shown}")
+
+
+def _with(t, q, k, v, mask):
+    with use(t):
+        return scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
 
 
 def planner_costs(budget: Budget) -> Found:
@@ -334,34 +338,32 @@ def additive_tiles(budget: Budget) -> Found:
 
 
 def decode_split_k(budget: Budget) -> Found:
-    """``decode_split_k_min_bytes``: the least k and v bytes from which a float32 decode step
-    (q (1, 8, 1, 64)) is faster on the numba split-K kernel than on torch ops, by the margin at
-    every larger measured size; 2**40 (never) otherwise or without numba."""
+    """``decode_split_k_min_bytes``: the least k and v bytes at which a float32 decode step
+    (q (1, 8, 1, 64)) is faster on the numba split-K kernel than on torch ops by the margin, and
+    from which it is never slower by the margin (a tie keeps the kernel: both read the same
+    bytes); 2**40 (never) otherwise or without numba."""
     from attnkit.kernels.decode.kernel import attend
     from attnkit.kernels.decode.split_k import numba_missing
 
     if numba_missing():
         return Found({}, numba_missing() or "numba is not usable")
     sizes = [512, 2048, 8192, 32768] if budget.length >= 1024 else [512, 2048]
-    seen, least = [], None
+    seen, points = [], []
     for lk in sizes:
         q, k, v = _qkv(1, 8, 1, lk=lk)
         fns = {s: (lambda s=s, x=(q, k, v): attend(*x, None, 0.125, s)) for s in (False, True)}
         with torch.inference_mode():
             times = _best_times(fns, 10 * budget.reps)
-        ratio = times[False] / times[True]
-        seen.append(f"Lk {lk}: split-K {ratio:.2f}x")
-        if ratio >= budget.margin and least is None:
-            least = 2 * k.numel() * k.element_size()
-        elif ratio < budget.margin:
-            least = None  # must win at every larger size
-    found = {"decode_split_k_min_bytes": least if least is not None else 2**40}
+        points.append((2 * k.numel() * k.element_size(), times[False] / times[True]))
+        seen.append(f"Lk {lk}: split-K {points[-1][1]:.2f}x")
+    found = {"decode_split_k_min_bytes": split_k_threshold(points, budget.margin)}
     return Found(found, "float32 decode, split-K kernel against torch ops: " + ", ".join(seen))
 
 
 MEASUREMENTS: tuple[Callable[[Budget], Found], ...] = (
     planner_costs,
     blocks,
+    band_block,
     crossover,
     element_calls,
     scan_threads,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 import attnkit.kernels.blocksparse as bs
 from attnkit import functional as F
 from attnkit import masks as M
+from attnkit import reference
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.tuning import DEFAULT, use
 
@@ -86,3 +88,55 @@ def test_dispatch_reasons_for_dense_cases():
     q = torch.zeros((1, 2, 64, 16))
     with pytest.raises(ValueError, match="no mask"):
         F.scaled_dot_product_attention(q, q, q, backend="blocksparse")
+
+
+# ---------------------------------------------------------------------------------------------
+# the band's query block without gradients (blocksparse_band_block_q)
+# ---------------------------------------------------------------------------------------------
+def _qkv(lq, lk, requires_grad=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 3, n, 16, generator=g, dtype=torch.float64) for n in (lq, lk, lk))
+    return [t.float().requires_grad_(requires_grad) for t in (q, k, v)]
+
+
+def test_band_rows_apply_to_bands_without_gradients_only():
+    t = dataclasses.replace(DEFAULT, blocksparse_block_q=128, blocksparse_band_block_q=16)
+    q, k, v = _qkv(300, 300)
+    qg, kg, vg = _qkv(300, 300, requires_grad=True)
+
+    def rows(mask, *qkv, softcap=None):
+        return bs.block_rows(AttentionCall("dot", *qkv, mask=mask, scale=1.0, softcap=softcap), t)
+
+    assert rows(M.sliding_window(8), q, k, v) == 16
+    assert rows(M.sliding_window(8) & M.causal(), q, k, v) == 16
+    assert rows(M.sliding_window(8), qg, kg, vg) == 128  # the backward favours large blocks
+    assert rows(M.sliding_window(8), q, k, v, softcap=30.0) == 128  # the softcap's own tiles
+    assert rows(M.key_padding([100]), q, k, v) == 128  # not a band
+    assert rows(None, q, k, v) == 128
+    small = dataclasses.replace(t, blocksparse_block_q=16, blocksparse_band_block_q=64)
+    call = AttentionCall("dot", q, k, v, mask=M.sliding_window(8), scale=1.0)
+    assert bs.block_rows(call, small) == 16  # never above blocksparse_block_q
+
+
+@pytest.mark.parametrize("rows", [8, 16, 32, 128])
+@pytest.mark.parametrize(
+    "mask",
+    [
+        M.sliding_window(5),
+        M.sliding_window(40) & M.causal(),
+        M.sliding_window(33, 0, "bottom_right"),
+    ],
+    ids=["window 5", "causal window 40", "bottom-right causal window 33"],
+)
+@pytest.mark.parametrize("lq,lk", [(257, 257), (200, 333)])
+def test_band_forward_matches_the_reference_at_every_band_block(rows, mask, lq, lk):
+    """Interior windows and edge blocks at every block size, odd lengths, Lq != Lk: against the
+    float64 reference of the same inputs (absolute floor: float32 accumulation, |out| <= 4)."""
+    q, k, v = _qkv(lq, lk, seed=rows + lq)
+    with use(dataclasses.replace(DEFAULT, blocksparse_band_block_q=rows)), torch.no_grad():
+        out = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
+    allowed = mask.materialize(lq, lk).numpy()
+    want = reference.scaled_dot_product(
+        *(t.double().numpy() for t in (q, k, v)), mask=allowed
+    ).output
+    assert np.abs(out.double().numpy() - want).max() <= 2e-5

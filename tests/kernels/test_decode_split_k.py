@@ -2,8 +2,9 @@
 
 - The kernel itself, called directly (so its numerics are tested on any CPU, native bf16 or
   not): against the float64 reference of the same (bf16-rounded) inputs, odd Lk (1, 7, 97,
-  2049), grouped rows, splits of the keys (down to one key per split), 1 and 2 threads,
-  strided and transposed caches; its policy checks (a score outside the bound, NaN/inf in K or
+  2049), grouped rows, generic and fixed widths (64, 128), splits of the keys (down to one key
+  per split), 1 and 2 threads on torch's OpenMP threads and on the thread pool, strided and
+  transposed caches; its policy checks (a score outside the bound, NaN/inf in K or
   V: None, i.e. redo exactly).
 - The backend on bf16 where the CPU has native bf16 (skipped with the reason elsewhere), and
   its refusal with a reason where the CPU has none.
@@ -50,23 +51,41 @@ def _ref(q, k, v, scale):
     return R.scaled_dot_product(to_np(q), to_np(k.double()), to_np(v.double()), None, scale=scale)
 
 
+RUNS = ["1 thread", "2 threads, openmp", "2 threads, thread pool"]
+"""How a step's units are run: in the caller, on torch's OpenMP threads, or (where torch has
+no OpenMP) on attnkit's thread pool."""
+
+
+def _run(run: str, monkeypatch, fn):
+    """fn() with the thread count and route of ``run``."""
+    if run.endswith("thread pool"):
+        monkeypatch.setattr(SK.openmp, "available", lambda: False)
+    elif run.endswith("openmp") and not SK.openmp.available():
+        pytest.skip("torch here has no OpenMP runtime attnkit can find")
+    old = torch.get_num_threads()
+    torch.set_num_threads(1 if run == "1 thread" else 2)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(old)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [1, 7, 97, 2049])
 @pytest.mark.parametrize("rows", [1, 3, 16])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_kernel_matches_the_float64_reference(dtype, n, rows, threads, monkeypatch):
-    """Every key split size (MIN_SPLIT 1 forces many splits) and thread count."""
+@pytest.mark.parametrize("widths", [(32, 24), (64, 64), (128, 128)])
+@pytest.mark.parametrize("run", RUNS)
+def test_kernel_matches_the_float64_reference(dtype, n, rows, widths, run, monkeypatch):
+    """Every key split size (MIN_SPLIT 1 forces many splits), the generic widths and the two
+    compiled for a fixed width (64, 128: keys in groups of 8, tails of 1..7), every route."""
     monkeypatch.setattr(SK, "MIN_SPLIT", 1 if n < 100 else 256)
     monkeypatch.setattr(SK, "ONE_THREAD_BYTES", 0)  # small calls on every thread too
-    q, k, v = _inputs(3 if rows == 1 else 1, rows, n, dtype=dtype, seed=n + rows)
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        out = SK.attend_split_k(q, k, v, 0.2, SCORE_LIMIT)
-    finally:
-        torch.set_num_threads(old)
-    assert out is not None and out.dtype == torch.float32 and out.shape == (q.shape[0], rows, 24)
-    np.testing.assert_allclose(to_np(out), _ref(q, k, v, 0.2).output, atol=F32_ABS, rtol=0)
+    dk, dv = widths
+    q, k, v = _inputs(3 if rows == 1 else 1, rows, n, dk=dk, dv=dv, dtype=dtype, seed=n + rows)
+    scale = dk**-0.5
+    out = _run(run, monkeypatch, lambda: SK.attend_split_k(q, k, v, scale, SCORE_LIMIT))
+    assert out is not None and out.dtype == torch.float32 and out.shape == (q.shape[0], rows, dv)
+    np.testing.assert_allclose(to_np(out), _ref(q, k, v, scale).output, atol=F32_ABS, rtol=0)
 
 
 @pytest.mark.parametrize("splits", [1, 2, 5, 64])
@@ -90,8 +109,9 @@ def test_splits_give_every_thread_work_and_respect_the_least_split():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["buffer", "transposed", "stepped", "offset"])
-def test_cache_layouts_are_read_in_place_or_copied(dtype, layout):
-    q, k, v = _inputs(1, 2, 97, dk=16, dv=16, dtype=dtype, seed=4)
+@pytest.mark.parametrize("width", [16, 64])
+def test_cache_layouts_are_read_in_place_or_copied(dtype, layout, width):
+    q, k, v = _inputs(1, 2, 97, dk=width, dv=width, dtype=dtype, seed=4)
     ks = T._cache_layouts(k.float()[None])[layout][0].to(dtype)
     vs = T._cache_layouts(v.float()[None])[layout][0].to(dtype)
     out = SK.attend_split_k(q, ks, vs, 0.25, SCORE_LIMIT)
@@ -100,9 +120,13 @@ def test_cache_layouts_are_read_in_place_or_copied(dtype, layout):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("where", ["k_inf", "k_nan", "v_inf", "v_nan", "huge"])
-def test_policy_breaks_return_none(dtype, where):
-    """A score outside (-limit, limit) or not a number, or a non-finite output: None."""
-    q, k, v = _inputs(2, 2, 600, dtype=dtype, seed=5)
+@pytest.mark.parametrize("width", [32, 64])
+@pytest.mark.parametrize("run", RUNS)
+def test_policy_breaks_return_none(dtype, where, width, run, monkeypatch):
+    """A score outside (-limit, limit) or not a number, or a non-finite output: None (the
+    generic width and a fixed one, on every route)."""
+    monkeypatch.setattr(SK, "ONE_THREAD_BYTES", 0)
+    q, k, v = _inputs(2, 2, 600, dk=width, dv=width, dtype=dtype, seed=5)
     t, val = {"k_inf": (k, math.inf), "k_nan": (k, math.nan)}.get(where, (v, math.inf))
     if where == "v_nan":
         val = math.nan
@@ -111,7 +135,7 @@ def test_policy_breaks_return_none(dtype, where):
         k = (k.float() * 1e19).to(dtype)
     else:
         t[1, 333, 0] = val
-    assert SK.attend_split_k(q, k, v, 1.0, SCORE_LIMIT) is None
+    assert _run(run, monkeypatch, lambda: SK.attend_split_k(q, k, v, 1.0, SCORE_LIMIT)) is None
 
 
 def test_limit_is_strict():

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit import autotune
+from attnkit import autotune, tune_rules
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit.kernels.base import AttentionCall
@@ -26,23 +26,23 @@ MARGIN = 1.05
 
 
 def test_every_size_winning_gives_the_smallest_measured_size():
-    assert autotune.element_threshold([(3e5, 1.2), (6e4, 1.1), (1e5, 2.0)], MARGIN) == 60_000
+    assert tune_rules.element_threshold([(3e5, 1.2), (6e4, 1.1), (1e5, 2.0)], MARGIN) == 60_000
 
 
 def test_losing_at_the_largest_size_keeps_dense_above_everything_measured():
-    assert autotune.element_threshold([(6e4, 1.5), (8e5, 0.9)], MARGIN) == 3_200_000
-    assert autotune.element_threshold([(2**39, 0.5)], MARGIN) == 2**40  # the range's top
+    assert tune_rules.element_threshold([(6e4, 1.5), (8e5, 0.9)], MARGIN) == 3_200_000
+    assert tune_rules.element_threshold([(2**39, 0.5)], MARGIN) == 2**40  # the range's top
 
 
 def test_the_crossover_is_the_geometric_mean_of_the_last_loss_and_the_next_win():
     pts = [(1e5, 0.8), (4e5, 1.3), (5e4, 1.5), (1.6e6, 1.4)]  # a win below a loss counts not
-    assert autotune.element_threshold(pts, MARGIN) == 200_000
-    assert autotune.element_threshold([(1e5, 1.04), (4e5, 1.06)], MARGIN) == 200_000
+    assert tune_rules.element_threshold(pts, MARGIN) == 200_000
+    assert tune_rules.element_threshold([(1e5, 1.04), (4e5, 1.06)], MARGIN) == 200_000
 
 
 def test_no_points_is_refused():
     with pytest.raises(ValueError, match="points: expected at least one"):
-        autotune.element_threshold([], MARGIN)
+        tune_rules.element_threshold([], MARGIN)
 
 
 @settings(max_examples=200, deadline=None)
@@ -56,7 +56,7 @@ def test_no_points_is_refused():
 )
 def test_threshold_separates_every_losing_size_from_the_winning_ones_above_it(pts):
     """Every measured size at or above the threshold won; every losing size lies below it."""
-    t = autotune.element_threshold(pts, MARGIN)
+    t = tune_rules.element_threshold(pts, MARGIN)
     assert 1 <= t <= 2**40
     for size, ratio in pts:
         if size >= t:
@@ -158,3 +158,35 @@ def test_a_tune_that_sees_per_element_calls_lose_keeps_dense(monkeypatch):
     threshold = _tune_elements(monkeypatch, lambda s: 0.3 if s < 2e6 else 1.5)
     with use(dataclasses.replace(DEFAULT, blocksparse_element_call_entries=threshold)):
         assert F.explain_dispatch(q, k, v, mask).chosen == "dense"
+
+
+def test_split_k_threshold_is_the_first_win_that_never_clearly_loses_after():
+    mib = 2**20
+    assert (
+        tune_rules.split_k_threshold([(8 * mib, 1.2), (mib, 1.06), (32 * mib, 1.3)], MARGIN) == mib
+    )
+    # a tie at a larger size keeps the kernel; a clear loss there drops the smaller win
+    assert tune_rules.split_k_threshold([(mib, 1.2), (4 * mib, 1.0)], MARGIN) == mib
+    assert (
+        tune_rules.split_k_threshold([(mib, 1.2), (4 * mib, 0.9), (8 * mib, 1.1)], MARGIN)
+        == 8 * mib
+    )
+    assert tune_rules.split_k_threshold([(mib, 1.0), (4 * mib, 1.3)], MARGIN) == 4 * mib
+    assert tune_rules.split_k_threshold([(mib, 0.8)], MARGIN) == 2**40
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 2**36), st.floats(0.1, 10.0)),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda p: p[0],
+    )
+)
+def test_split_k_threshold_never_keeps_a_clear_loss_above_it(points):
+    t = tune_rules.split_k_threshold(points, MARGIN)
+    if t == 2**40:
+        return
+    assert any(size == t and r >= MARGIN for size, r in points)
+    assert all(r * MARGIN >= 1.0 for size, r in points if size >= t)

@@ -53,6 +53,15 @@ class Tuning:
     blocksparse_block_q: int = field(
         default=128, metadata=_doc("query rows per blocksparse SDPA call", 16, 4096)
     )
+    blocksparse_band_block_q: int = field(
+        default=32,
+        metadata=_doc(
+            "query rows per block of a band mask (sliding or causal window) in calls "
+            "without gradients",
+            8,
+            4096,
+        ),
+    )
     blocksparse_block_kv: int = field(
         default=64, metadata=_doc("key granularity of blocksparse's key ranges", 16, 4096)
     )
@@ -81,10 +90,10 @@ class Tuning:
         default=128, metadata=_doc("keys per tile of the fused additive kernels", 8, 2048)
     )
     decode_split_k_min_bytes: int = field(
-        default=2**40,
+        default=0,
         metadata=_doc(
             "bytes of k and v from which a float32 decode step runs on the numba split-K "
-            "kernel instead of torch ops (2**40: never)",
+            "kernel instead of torch ops (0: always, 2**40: never)",
             0,
             2**40,
         ),

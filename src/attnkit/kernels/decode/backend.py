@@ -20,10 +20,10 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 of k and v: below that, SDPA's lower fixed cost per call wins. bfloat16 steps it takes at any
 length (SDPA's bf16 path on CPU is several times slower per key). float32 steps run on the
 split-K kernel from ``decode_split_k_min_bytes`` of k and v, on torch ops below. That
-:class:`~attnkit.kernels.tuning.Tuning` field is measured by ``attnkit tune``; its default is
-"never": on the 2-core AVX-512 EPYC, under load, q (1, 8, 1, 64) took 51/134 us on torch ops
-against 91/246 us on split-K at Lk 512/2048, equal within noise at 32k (one thread, CPU time
-at 2k: 184 against 187 us).
+:class:`~attnkit.kernels.tuning.Tuning` field is measured by ``attnkit tune``; its default is 0
+(always): on the 2-core AVX-512 EPYC, q (1, 8, 1, 64) float32, the kernel (keys in groups of
+eight for widths 64 and 128, units on torch's OpenMP threads) took 67-74 us against 87-98 us on
+torch ops at Lk = 2048, and 114 against 138 us on one thread.
 
 The overflow policy is checked inside the step (:mod:`.kernel`); a step whose scores or output
 break it is redone by ``dense`` under the full policy (float64 when P5 asks, P6 for NaN and

@@ -99,17 +99,17 @@ def attend(
         k, v = k[..., keys.start : keys.stop, :], v[..., keys.start : keys.stop, :]
     g = heads // groups
     n, dv = k.shape[-2], v.shape[-1]
-    q3 = q.reshape(-1, g * lq, q.shape[-1])  # (N, g*Lq, dk): the g heads of a group as rows
-    k3, v3 = _flat(k), _flat(v)  # (N, n, d): views for contiguous and cache-buffer layouts
     allowed = allowed_tile(mask, keys, lq, lk)
     if q.dtype != torch.float32 and allowed is not None:
         return None
     if allowed is None and (split_k or q.dtype != torch.float32):
-        o3 = attend_split_k(q3, k3, v3, scale, SCORE_LIMIT)
-        if o3 is None:
+        out = attend_split_k(q, k, v, scale, SCORE_LIMIT)  # q's blocks: (..., G, g*Lq, dk)
+        if out is None:
             return None
-        out = o3.to(q.dtype).reshape(out_shape)
+        out = out.to(q.dtype)
         return (out[0] if squeeze else out), keys
+    q3 = q.reshape(-1, g * lq, q.shape[-1])  # (N, g*Lq, dk): the g heads of a group as rows
+    k3, v3 = _flat(k), _flat(v)  # (N, n, d): views for contiguous and cache-buffer layouts
     # s = scale * q kᵀ (beta = 0: the input's values are ignored, only its shape broadcasts)
     s = torch.baddbmm(_ZERO, q3, k3.transpose(1, 2), beta=0.0, alpha=scale)  # (N, g*Lq, n)
     lo, hi = torch.aminmax(s)

@@ -32,10 +32,10 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import overload
 
-from attnkit.kernels.nb_memory import bits_to_f32, pointer_f32, pointer_i32, pointer_u16
+from attnkit.kernels.nb_memory import bits_to_f32, pointer_f32, pointer_i32, pointer_u16, prefetch
 from attnkit.kernels.nbmath import exp_nonpos_f32
 
-__all__ = ["combine", "partials_bf16", "partials_f32"]
+__all__ = ["any_unit", "combine", "partials_bf16", "partials_f32"]
 
 FAST = {"contract", "reassoc", "arcp", "nsz", "afn"}
 KERNEL = dict(cache=True, nogil=True, fastmath=FAST, error_model="numpy")
@@ -57,13 +57,34 @@ def _widen_impl(x):
 
 
 @njit(**INLINE)
+def _softmax_rows(s, rows, c, m, lsum, o, limit):
+    """Each row r of the scores s (rows, c) replaced by exp(s - max) in place, its max and sum
+    stored at m[o + r], lsum[o + r]; returns how many scores are strictly inside (-limit,
+    limit) (NaN never is)."""
+    inside = 0
+    for r in range(rows):
+        sr = s[r * c : (r + 1) * c]
+        mx = sr[0]
+        for jj in range(c):
+            mx = max(mx, sr[jj])
+            inside += 1 if abs(sr[jj]) < limit else 0
+        tot = np.float32(0.0)
+        for jj in range(c):
+            p = exp_nonpos_f32(sr[jj] - mx)
+            sr[jj] = p
+            tot += p
+        m[o + r] = mx
+        lsum[o + r] = tot
+    return inside
+
+
+@njit(**INLINE)
 def _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, scale, limit):
     """One work unit (see the module docstring); k, v float32 or bfloat16 bits (uint16)."""
     i, sp = u // splits, u % splits
     j0 = sp * chunk
     c = min(n, j0 + chunk) - j0
     s = np.empty(rows * c, np.float32)
-    inside = 0
     for b0 in range(0, c, BLOCK):  # a block of keys stays in L1 while every row reads it
         b1 = min(c, b0 + BLOCK)
         for r in range(rows):
@@ -74,22 +95,9 @@ def _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk,
                 t = np.float32(0.0)
                 for x in range(dk):
                     t += qr[x] * _widen(kr[x])
-                t *= scale
-                s[r * c + jj] = t
-                inside += 1 if abs(t) < limit else 0
+                s[r * c + jj] = t * scale
     o = u * rows
-    for r in range(rows):
-        sr = s[r * c : (r + 1) * c]
-        mx = sr[0]
-        for jj in range(1, c):
-            mx = max(mx, sr[jj])
-        tot = np.float32(0.0)
-        for jj in range(c):
-            p = exp_nonpos_f32(sr[jj] - mx)
-            sr[jj] = p
-            tot += p
-        m[o + r] = mx
-        lsum[o + r] = tot
+    inside = _softmax_rows(s, rows, c, m, lsum, o, limit)
     a = np.zeros(rows * dv, np.float32)
     for b0 in range(0, c, BLOCK):
         b1 = min(c, b0 + BLOCK)
@@ -106,6 +114,113 @@ def _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk,
     bad[u] = 0 if inside == rows * c else 1
 
 
+GROUP = 8
+"""Keys scored together by :func:`_unit_fixed`: eight dot products share each load of q and
+keep eight accumulators in flight; eight V rows are added to the output in one pass over it."""
+
+
+AHEAD = 64
+"""Keys ahead of the current group whose K (or V) rows :func:`_unit_fixed` prefetches."""
+
+
+@njit(**INLINE)
+def _unit_fixed(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, d, chunk, scale, limit):
+    """:func:`_unit` for dk = dv = d, a constant where it is inlined (64, 128): the loops over
+    the width have a known trip count, and keys go in groups of GROUP."""
+    i, sp = u // splits, u % splits
+    j0 = sp * chunk
+    c = min(n, j0 + chunk) - j0
+    s = np.empty(rows * c, np.float32)
+    full = c - c % GROUP
+    kbase = i * ks[0] + j0 * ks[1]
+    kaddr, vaddr, item = k.ctypes.data, v.ctypes.data, k.itemsize
+    for jj in range(0, full, GROUP):
+        b = kbase + jj * ks[1]
+        for e in range(GROUP):  # the rows AHEAD keys on: the memory stream stays busy
+            prefetch(kaddr + (b + (AHEAD + e) * ks[1]) * item)
+        k0, k1 = k[b : b + d], k[b + ks[1] : b + ks[1] + d]
+        k2, k3 = k[b + 2 * ks[1] : b + 2 * ks[1] + d], k[b + 3 * ks[1] : b + 3 * ks[1] + d]
+        k4, k5 = k[b + 4 * ks[1] : b + 4 * ks[1] + d], k[b + 5 * ks[1] : b + 5 * ks[1] + d]
+        k6, k7 = k[b + 6 * ks[1] : b + 6 * ks[1] + d], k[b + 7 * ks[1] : b + 7 * ks[1] + d]
+        for r in range(rows):
+            qr = q[(i * rows + r) * d : (i * rows + r + 1) * d]
+            t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = np.float32(0.0)
+            for x in range(d):
+                qx = qr[x]
+                t0 += qx * _widen(k0[x])
+                t1 += qx * _widen(k1[x])
+                t2 += qx * _widen(k2[x])
+                t3 += qx * _widen(k3[x])
+                t4 += qx * _widen(k4[x])
+                t5 += qx * _widen(k5[x])
+                t6 += qx * _widen(k6[x])
+                t7 += qx * _widen(k7[x])
+            e = r * c + jj
+            s[e], s[e + 1], s[e + 2], s[e + 3] = t0 * scale, t1 * scale, t2 * scale, t3 * scale
+            s[e + 4], s[e + 5], s[e + 6], s[e + 7] = t4 * scale, t5 * scale, t6 * scale, t7 * scale
+    for jj in range(full, c):
+        b = kbase + jj * ks[1]
+        kr = k[b : b + d]
+        for r in range(rows):
+            qr = q[(i * rows + r) * d : (i * rows + r + 1) * d]
+            t = np.float32(0.0)
+            for x in range(d):
+                t += qr[x] * _widen(kr[x])
+            s[r * c + jj] = t * scale
+    o = u * rows
+    inside = _softmax_rows(s, rows, c, m, lsum, o, limit)
+    a = np.zeros(rows * d, np.float32)
+    vbase = i * vs[0] + j0 * vs[1]
+    for jj in range(0, full, GROUP):
+        b = vbase + jj * vs[1]
+        for e in range(GROUP):
+            prefetch(vaddr + (b + (AHEAD + e) * vs[1]) * item)
+        v0, v1 = v[b : b + d], v[b + vs[1] : b + vs[1] + d]
+        v2, v3 = v[b + 2 * vs[1] : b + 2 * vs[1] + d], v[b + 3 * vs[1] : b + 3 * vs[1] + d]
+        v4, v5 = v[b + 4 * vs[1] : b + 4 * vs[1] + d], v[b + 5 * vs[1] : b + 5 * vs[1] + d]
+        v6, v7 = v[b + 6 * vs[1] : b + 6 * vs[1] + d], v[b + 7 * vs[1] : b + 7 * vs[1] + d]
+        for r in range(rows):
+            ar = a[r * d : (r + 1) * d]
+            p = s[r * c + jj : r * c + jj + GROUP]
+            p0, p1, p2, p3, p4, p5, p6, p7 = p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
+            for x in range(d):
+                ar[x] += (
+                    p0 * _widen(v0[x])
+                    + p1 * _widen(v1[x])
+                    + p2 * _widen(v2[x])
+                    + p3 * _widen(v3[x])
+                ) + (
+                    p4 * _widen(v4[x])
+                    + p5 * _widen(v5[x])
+                    + p6 * _widen(v6[x])
+                    + p7 * _widen(v7[x])
+                )
+    for jj in range(full, c):
+        b = vbase + jj * vs[1]
+        vr = v[b : b + d]
+        for r in range(rows):
+            ar = a[r * d : (r + 1) * d]
+            p = s[r * c + jj]
+            for x in range(d):
+                ar[x] += p * _widen(vr[x])
+    for y in range(rows * d):
+        acc[o * d + y] = a[y]
+    bad[u] = 0 if inside == rows * c else 1
+
+
+@njit(**INLINE)
+def any_unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, scale, limit):
+    """One work unit: :func:`_unit_fixed` for the common widths (64, 128), else :func:`_unit`."""
+    if dk == 64 and dv == 64:
+        _unit_fixed(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, 64, chunk, scale, limit)
+    elif dk == 128 and dv == 128:
+        _unit_fixed(
+            q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, 128, chunk, scale, limit
+        )
+    else:
+        _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, scale, limit)
+
+
 @njit(**INLINE)
 def _units(q_addr, k, v, ks, vs, rows, n, dk, dv, chunk, splits, scale, limit,
            m_addr, l_addr, acc_addr, bad_addr, units, first, step):  # fmt: skip
@@ -116,7 +231,7 @@ def _units(q_addr, k, v, ks, vs, rows, n, dk, dv, chunk, splits, scale, limit,
     bad = carray(pointer_i32(bad_addr), units)
     sc, lim = np.float32(scale), np.float32(limit)
     for u in range(first, units, step):
-        _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, sc, lim)
+        any_unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, sc, lim)
 
 
 @njit(**KERNEL)

@@ -5,8 +5,9 @@ its range (no mask, or one that :func:`attnkit.kernels.decode.keys.key_range` na
 range every row allows): the (batch, key/value head) pairs are the row blocks, each with its
 grouped query heads folded into rows; the keys of a block are split so that every thread has
 work (``splits`` per block, at least :data:`MIN_SPLIT` keys each); one launch computes the
-partial softmaxes of all (block, split) units on ``torch.get_num_threads()`` threads, and one
-call combines them.
+partial softmaxes of all (block, split) units on ``torch.get_num_threads()`` threads (torch's
+own OpenMP threads through :mod:`attnkit.kernels.openmp`, each claiming units from a shared
+counter; a Python thread pool where torch has no OpenMP), and one call combines them.
 
 K and V may be float32 or bfloat16 (read as bfloat16, widened to float32 exactly, accumulated
 in float32: policy P4); q is used in float32; the output comes back in q's dtype. Returns None
@@ -18,7 +19,9 @@ heads x Lq), ``n`` keys in range, ``dk``/``dv`` widths.
 
 from __future__ import annotations
 
+import array
 import functools
+import struct
 from pathlib import Path
 from types import ModuleType
 
@@ -26,6 +29,7 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels import numba_runtime as runtime
+from attnkit.kernels import openmp
 
 __all__ = ["MIN_SPLIT", "ONE_THREAD_BYTES", "attend_split_k", "numba_missing"]
 
@@ -41,6 +45,7 @@ KERNEL_FILES = [
     Path(__file__).resolve().parent.parent / "nbmath.py",
     Path(__file__).resolve().parent.parent / "nb_memory.py",
 ]
+TEAM_FILES = [Path(__file__).with_name("nb_team.py"), *KERNEL_FILES]
 
 
 def numba_missing() -> str | None:
@@ -53,14 +58,37 @@ def _kernels() -> ModuleType:
     return runtime.load_kernels("attnkit.kernels.decode.nb_kernels", KERNEL_FILES)
 
 
-def _rows(x: Tensor) -> Tensor:
-    """(N, n, d) with unit stride along d (a view when it already has it)."""
-    return x if x.stride(-1) == 1 else x.contiguous()
+@functools.cache
+def _team() -> ModuleType:
+    """The C callback that runs a step's units on OpenMP threads, and its block layout
+    (:mod:`.nb_team`)."""
+    return runtime.load_kernels("attnkit.kernels.decode.nb_team", TEAM_FILES)
 
 
-def _span(x: Tensor) -> int:
-    """Elements from x's first to one past its last, for (N, n, d) with unit stride along d."""
-    return sum((s - 1) * st for s, st in zip(x.shape, x.stride(), strict=True)) + 1
+def _blocks(x: Tensor) -> tuple[Tensor, int, int, int]:
+    """x (..., n, d) read as (N, n, d) without a copy where it can be: (x or a contiguous copy,
+    N, stride between blocks, stride between rows), in elements, with unit stride along d."""
+    shape, stride = x.shape, x.stride()
+    if stride[-1] == 1:
+        blocks, step, want = 1, 0, None
+        for size, st in zip(reversed(shape[:-2]), reversed(stride[:-2]), strict=True):
+            if size == 1:
+                continue
+            if want is None:
+                step = st
+            elif st != want:
+                break
+            want = st * size
+            blocks *= size
+        else:
+            return x, blocks, step, stride[-2]
+    x = x.contiguous()
+    return (
+        x,
+        x.numel() // (shape[-2] * shape[-1]) if x.numel() else 0,
+        shape[-2] * shape[-1],
+        shape[-1],
+    )
 
 
 def splits_for(blocks: int, n: int, threads: int) -> int:
@@ -71,38 +99,46 @@ def splits_for(blocks: int, n: int, threads: int) -> int:
     return max(1, min(-(-2 * threads // blocks), n // MIN_SPLIT))
 
 
-def attend_split_k(q3: Tensor, k3: Tensor, v3: Tensor, scale: float, limit: float) -> Tensor | None:
-    """out (N, R, dv) float32 for q3 (N, R, dk), k3 (N, n, dk), v3 (N, n, dv) (float32, or
-    bfloat16 k3 and v3 of one dtype), every key allowed; None when a score is not strictly
-    inside (-limit, limit) or an output entry is not finite."""
+def attend_split_k(q: Tensor, k: Tensor, v: Tensor, scale: float, limit: float) -> Tensor | None:
+    """out (..., dv) float32, shaped as q, for k (..., n, dk) and v (..., n, dv) (float32, or
+    bfloat16 k and v of one dtype) read as N row blocks (N = the product of their leading dims),
+    and q (..., dk) whose entries are N blocks of R rows (q (N, R, dk); for grouped heads, the
+    g query heads of a key/value head: q (..., G, g, Lq, dk)); every key allowed. None when a
+    score is not strictly inside (-limit, limit) or an output entry is not finite."""
     kern = _kernels()
-    q3 = q3.to(torch.float32).contiguous()
-    k3, v3 = _rows(k3), _rows(v3)
-    blocks, rows, dk = q3.shape
-    n, dv = k3.shape[1], v3.shape[2]
-    size = k3.numel() * k3.element_size() + v3.numel() * v3.element_size()
-    threads = 1 if size < ONE_THREAD_BYTES else torch.get_num_threads()
+    if q.dtype != torch.float32 or not q.is_contiguous():
+        q = q.to(torch.float32).contiguous()
+    k, blocks, ks0, ks1 = _blocks(k)
+    v, _, vs0, vs1 = _blocks(v)
+    dk, n, dv = q.shape[-1], k.shape[-2], v.shape[-1]
+    rows = q.numel() // (blocks * dk)
+    item = k.element_size()
+    threads = 1 if (k.numel() + v.numel()) * item < ONE_THREAD_BYTES else torch.get_num_threads()
     splits = splits_for(blocks, n, threads)
     chunk = -(-n // splits)
     splits = -(-n // chunk)
     units = blocks * splits
-    part = torch.empty(units * rows * (dv + 2))  # m, l, acc of every unit
-    bad = torch.empty(units, dtype=torch.int32)
+    part = torch.empty(units * (rows * (dv + 2) + 1))  # m, l, acc of every unit, then its flag
     m_addr = part.data_ptr()
     l_addr = m_addr + units * rows * 4
-    partials = kern.partials_bf16 if k3.dtype == torch.bfloat16 else kern.partials_f32
+    acc_addr = l_addr + units * rows * 4
+    bad_addr = acc_addr + units * rows * dv * 4  # int32 flags in the last units words
+    partials = kern.partials_bf16 if item == 2 else kern.partials_f32
     args = (
-        q3.data_ptr(), k3.data_ptr(), v3.data_ptr(), _span(k3), _span(v3),
-        k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
-        rows, n, dk, dv, chunk, splits, scale, limit,
-        m_addr, l_addr, l_addr + units * rows * 4, bad.data_ptr(), units,
+        q.data_ptr(), k.data_ptr(), v.data_ptr(),
+        (blocks - 1) * ks0 + (n - 1) * ks1 + dk, (blocks - 1) * vs0 + (n - 1) * vs1 + dv,
+        ks0, ks1, vs0, vs1, rows, n, dk, dv, chunk, splits, scale, limit,
+        m_addr, l_addr, acc_addr, bad_addr, units,
     )  # fmt: skip
     if units == 1 or threads == 1:
         partials(*args, 0, 1)
+    elif openmp.available():
+        bits = struct.unpack("qq", struct.pack("dd", scale, limit))
+        block = array.array("q", (0, units, *bits, int(item == 2), *args[:15], *args[17:-1]))
+        openmp.parallel(_team().body.address, block.buffer_info()[0], min(units, threads))
     else:
         runtime.launch(partials, args, min(units, threads))
-    out = torch.empty(blocks, rows, dv)
-    acc_addr, bad_addr = args[19], args[20]
+    out = torch.empty(q.shape[:-1] + (dv,))
     if kern.combine(m_addr, l_addr, acc_addr, bad_addr, out.data_ptr(), blocks, splits, rows, dv):
         return None
     return out

@@ -1,0 +1,39 @@
+"""Running numba callbacks on torch's OpenMP threads (kernels/openmp.py): found where torch
+uses OpenMP, off when ``ATTNKIT_NO_OPENMP`` is set, and a decode step gives the same result on
+either route (the float64 comparisons of both routes are in test_decode_split_k.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnkit.kernels import openmp
+
+
+def _available_in_child(env: dict[str, str]) -> str:
+    code = "from attnkit.kernels import openmp; print(openmp.available())"
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_the_variable_turns_the_openmp_route_off():
+    env = dict(os.environ, ATTNKIT_NO_OPENMP="1")
+    assert _available_in_child(env) == "False"
+
+
+def test_available_follows_torchs_parallel_backend():
+    uses_openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
+    if not uses_openmp:
+        assert not openmp.available()
+    elif os.environ.get("ATTNKIT_NO_OPENMP"):
+        pytest.skip("ATTNKIT_NO_OPENMP is set in this environment")
+    else:
+        env = {k: v for k, v in os.environ.items() if k != "ATTNKIT_NO_OPENMP"}
+        assert _available_in_child(env) == "True"
