@@ -14,6 +14,7 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference
 from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.blocksparse import plans
 from attnkit.kernels.tuning import DEFAULT, use
 
 
@@ -129,9 +130,14 @@ def test_band_rows_apply_to_bands_without_gradients_only():
     ids=["window 5", "causal window 40", "bottom-right causal window 33"],
 )
 @pytest.mark.parametrize("lq,lk", [(257, 257), (200, 333)])
-def test_band_forward_matches_the_reference_at_every_band_block(rows, mask, lq, lk):
-    """Interior windows and edge blocks at every block size, odd lengths, Lq != Lk: against the
-    float64 reference of the same inputs (absolute floor: float32 accumulation, |out| <= 4)."""
+@pytest.mark.parametrize("per_element", [False, True], ids=["one call", "a call per element"])
+def test_band_forward_matches_the_reference_at_every_band_block(
+    rows, mask, lq, lk, per_element, monkeypatch
+):
+    """Interior windows and edge blocks at every block size, odd lengths, Lq != Lk, the interior
+    as one fused call or one per batch element: against the float64 reference of the same
+    inputs (absolute floor: float32 accumulation, |out| <= 4)."""
+    monkeypatch.setattr(plans, "PER_ELEMENT_BLOCKS", 1 if per_element else 10**9)
     q, k, v = _qkv(lq, lk, seed=rows + lq)
     with use(dataclasses.replace(DEFAULT, blocksparse_band_block_q=rows)), torch.no_grad():
         out = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
@@ -140,3 +146,22 @@ def test_band_forward_matches_the_reference_at_every_band_block(rows, mask, lq, 
         *(t.double().numpy() for t in (q, k, v)), mask=allowed
     ).output
     assert np.abs(out.double().numpy() - want).max() <= 2e-5
+
+
+@pytest.mark.parametrize("per_element", [False, True], ids=["one call", "a call per element"])
+def test_band_gradients_after_either_interior_forward(per_element, monkeypatch):
+    """The backward reads the forward's saved output and logsumexp (a view of the output on the
+    per-element route): gradients against float64 autograd of the dense reference."""
+    monkeypatch.setattr(plans, "PER_ELEMENT_BLOCKS", 1 if per_element else 10**9)
+    mask = M.sliding_window(20)
+    q, k, v = _qkv(301, 301, requires_grad=True, seed=7)
+    out = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
+    go = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    grads = torch.autograd.grad(out, (q, k, v), go)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    allowed = mask.materialize(301, 301)
+    s = (q64 @ k64.transpose(-2, -1)) * 16**-0.5
+    ref = torch.softmax(s.masked_fill(~allowed, -torch.inf), -1) @ v64
+    want = torch.autograd.grad(ref, (q64, k64, v64), go.double())
+    for got, exp in zip(grads, want, strict=True):
+        assert (got.double() - exp).abs().max() <= 5e-5
