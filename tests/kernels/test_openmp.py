@@ -37,3 +37,32 @@ def test_available_follows_torchs_parallel_backend():
     else:
         env = {k: v for k, v in os.environ.items() if k != "ATTNKIT_NO_OPENMP"}
         assert _available_in_child(env) == "True"
+
+
+_FORK_SCRIPT = """
+import os, signal, sys, torch
+import attnkit
+torch.set_num_threads(2)
+q, k, v = torch.randn(1, 8, 1, 64), torch.randn(1, 8, 4096, 64), torch.randn(1, 8, 4096, 64)
+with torch.no_grad():
+    a = attnkit.scaled_dot_product_attention(q, k, v, backend="decode")
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)  # a hang becomes a failure, not a stuck test run
+    from attnkit.kernels import openmp
+    with torch.no_grad():
+        b = attnkit.scaled_dot_product_attention(q, k, v, backend="decode")
+    os._exit(0 if (not openmp.available() and torch.allclose(a, b, atol=1e-6)) else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_decodes_on_the_thread_pool():
+    """GNU OpenMP's pool is not usable after fork (its threads stay in the parent): a child's
+    decode step must take the thread pool, finish, and give the parent's result."""
+    res = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=180
+    )
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])

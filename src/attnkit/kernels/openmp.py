@@ -11,7 +11,10 @@ LLVM's OpenMP runtime also provides), with a C callback compiled by numba (``num
 The caller is one of the region's threads, and the call returns when every thread has.
 
 Where torch is not built with OpenMP, or its runtime's entry point is not found, :func:`available`
-is False and the kernels fall back to :func:`attnkit.kernels.numba_runtime.launch`.
+is False and the kernels fall back to :func:`attnkit.kernels.numba_runtime.launch`. It is also
+False in a process forked from one that ran (GNU) OpenMP threads: the child inherits the runtime's
+thread pool without its threads, and a parallel region there never returns (torch's own threaded
+ops hang there too); the thread pool, built per process, serves the child instead.
 """
 
 from __future__ import annotations
@@ -23,6 +26,18 @@ import os
 import torch
 
 __all__ = ["available", "parallel"]
+
+_FORKED = False
+"""True in a process forked from the one that imported this module."""
+
+
+def _forked() -> None:
+    global _FORKED
+    _FORKED = True
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_forked)
 
 
 @functools.cache
@@ -42,9 +57,10 @@ def _entry():
 
 
 def available() -> bool:
-    """True when :func:`parallel` can run (torch uses OpenMP and its runtime was found).
-    Setting ``ATTNKIT_NO_OPENMP`` (any value) before the first call makes it False."""
-    return _entry() is not None
+    """True when :func:`parallel` can run: torch uses OpenMP, its runtime was found, and this is
+    not a forked child (module docstring). Setting ``ATTNKIT_NO_OPENMP`` (any value) before the
+    first call makes it False."""
+    return not _FORKED and _entry() is not None
 
 
 def parallel(body: int, data: int, threads: int) -> None:
