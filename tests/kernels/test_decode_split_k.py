@@ -76,8 +76,9 @@ def _run(run: str, monkeypatch, fn):
 @pytest.mark.parametrize("widths", [(32, 24), (64, 64), (128, 128)])
 @pytest.mark.parametrize("run", RUNS)
 def test_kernel_matches_the_float64_reference(dtype, n, rows, widths, run, monkeypatch):
-    """Every key split size (MIN_SPLIT 1 forces many splits), the generic widths and the two
-    compiled for a fixed width (64, 128: keys in groups of 8, tails of 1..7), every route."""
+    """Every key split size (MIN_SPLIT 1 forces many splits), widths compiled as the call's
+    and the two compiled as constants (64, 128), keys in groups of 8 with tails of 1..7, every
+    route."""
     monkeypatch.setattr(SK, "MIN_SPLIT", 1 if n < 100 else 256)
     monkeypatch.setattr(SK, "ONE_THREAD_BYTES", 0)  # small calls on every thread too
     dk, dv = widths

@@ -12,7 +12,8 @@ element count; nothing here checks either.
 - :func:`bits_to_f64`: the bits of an int64 reinterpreted as a float64.
 - :func:`prefetch`: ask for the cache line at an address ahead of its use (a hint; no fault).
 - :func:`atomic_add_i64`: add to the int64 at an address atomically (sequentially consistent),
-  for threads that claim work units from a shared counter (:mod:`attnkit.kernels.decode.nb_team`).
+  for threads that claim work units from a shared counter
+  (:mod:`attnkit.kernels.decode.nb_kernels`).
 
 This module imports numba; kernel modules import it, and the rest of attnkit reaches them only
 through :func:`attnkit.kernels.numba_runtime.load_kernels`. Kernel modules that use it list this

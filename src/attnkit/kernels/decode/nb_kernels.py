@@ -9,12 +9,15 @@ then reads each V row once::
     m[r] = max_j s[r, j]; p = exp(s - m); l[r] = sum_j p
     acc[r] = sum_j p[r, j] v[i, j]             (V read once)
 
-:func:`combine` then merges the splits of a row block: ``M = max m``, ``L = sum l e^(m - M)``,
+:func:`run_units` (a C callback) runs the units of a step described by one int64 block
+(:data:`HEAD`, :data:`ARGS`); every thread given the block claims units from its counter, so
+the same callback serves one thread, torch's OpenMP threads and a thread pool. :func:`combine`
+then merges the splits of a row block: ``M = max m``, ``L = sum l e^(m - M)``,
 ``out = sum acc e^(m - M) / L``.
 
 K and V are passed by address with their strides in elements (the last dim contiguous), so a
-slice of a cache buffer is read in place; float32 (``*_f32``) or bfloat16 (``*_bf16``: 16-bit
-words widened to float32 by a 16-bit shift of their bits, exactly). q is float32, contiguous.
+slice of a cache buffer is read in place; float32 or bfloat16 (16-bit words widened to float32
+by a 16-bit shift of their bits, exactly). q is float32, contiguous.
 
 The policy (:mod:`attnkit.kernels.numerics`, P5/P6) is checked as the scores are made: a unit
 counts the scores strictly inside ``(-limit, limit)`` (NaN is never inside) and flags itself
@@ -29,19 +32,25 @@ This module imports numba; attnkit loads it only through
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit, types
+from numba import carray, cfunc, njit, types
 from numba.extending import overload
 
-from attnkit.kernels.nb_memory import bits_to_f32, pointer_f32, pointer_i32, pointer_u16, prefetch
+from attnkit.kernels.nb_memory import (
+    atomic_add_i64,
+    bits_to_f32,
+    bits_to_f64,
+    pointer_f32,
+    pointer_i32,
+    pointer_i64,
+    pointer_u16,
+    prefetch,
+)
 from attnkit.kernels.nbmath import exp_nonpos_f32
 
-__all__ = ["any_unit", "combine", "partials_bf16", "partials_f32"]
+__all__ = ["ARGS", "HEAD", "combine", "run_units"]
 
 FAST = {"contract", "reassoc", "arcp", "nsz", "afn"}
 KERNEL = dict(cache=True, nogil=True, fastmath=FAST, error_model="numpy")
-BLOCK = 64
-"""Keys per block: each block of K (or V) rows is read from memory once, then from L1 by every
-query row of the unit."""
 INLINE = dict(fastmath=FAST, error_model="numpy", forceinline=True)
 
 
@@ -78,55 +87,42 @@ def _softmax_rows(s, rows, c, m, lsum, o, limit):
     return inside
 
 
-@njit(**INLINE)
-def _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, scale, limit):
-    """One work unit (see the module docstring); k, v float32 or bfloat16 bits (uint16)."""
-    i, sp = u // splits, u % splits
-    j0 = sp * chunk
-    c = min(n, j0 + chunk) - j0
-    s = np.empty(rows * c, np.float32)
-    for b0 in range(0, c, BLOCK):  # a block of keys stays in L1 while every row reads it
-        b1 = min(c, b0 + BLOCK)
-        for r in range(rows):
-            qr = q[(i * rows + r) * dk : (i * rows + r + 1) * dk]
-            for jj in range(b0, b1):
-                kb = i * ks[0] + (j0 + jj) * ks[1]
-                kr = k[kb : kb + dk]  # a slice: its indices are known >= 0, so loads vectorise
-                t = np.float32(0.0)
-                for x in range(dk):
-                    t += qr[x] * _widen(kr[x])
-                s[r * c + jj] = t * scale
-    o = u * rows
-    inside = _softmax_rows(s, rows, c, m, lsum, o, limit)
-    a = np.zeros(rows * dv, np.float32)
-    for b0 in range(0, c, BLOCK):
-        b1 = min(c, b0 + BLOCK)
-        for r in range(rows):
-            ar = a[r * dv : (r + 1) * dv]
-            for jj in range(b0, b1):
-                p = s[r * c + jj]
-                vb = i * vs[0] + (j0 + jj) * vs[1]
-                vr = v[vb : vb + dv]
-                for x in range(dv):
-                    ar[x] += p * _widen(vr[x])
-    for y in range(rows * dv):
-        acc[o * dv + y] = a[y]
-    bad[u] = 0 if inside == rows * c else 1
-
-
 GROUP = 8
-"""Keys scored together by :func:`_unit_fixed`: eight dot products share each load of q and
-keep eight accumulators in flight; eight V rows are added to the output in one pass over it."""
+"""Keys scored together by :func:`_unit`: eight dot products share each load of q and keep
+eight accumulators in flight; eight V rows are added to the output in one pass over it."""
 
 
 AHEAD = 64
-"""Keys ahead of the current group whose K (or V) rows :func:`_unit_fixed` prefetches."""
+"""Keys ahead of the current group whose K (or V) rows :func:`_unit` prefetches."""
 
 
 @njit(**INLINE)
-def _unit_fixed(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, d, chunk, scale, limit):
-    """:func:`_unit` for dk = dv = d, a constant where it is inlined (64, 128): the loops over
-    the width have a known trip count, and keys go in groups of GROUP."""
+def _score_key(q, kr, s, i, rows, c, jj, dk, scale):
+    """s[r, jj] = scale * q[i, r] . kr for every row r of block i (one key, the tail of a
+    unit's keys after its groups)."""
+    for r in range(rows):
+        qr = q[(i * rows + r) * dk : (i * rows + r + 1) * dk]
+        t = np.float32(0.0)
+        for x in range(dk):
+            t += qr[x] * _widen(kr[x])
+        s[r * c + jj] = t * scale
+
+
+@njit(**INLINE)
+def _add_value(a, s, vr, rows, c, jj, dv):
+    """a[r] += p[r, jj] * vr for every row r (one V row, the tail after the groups)."""
+    for r in range(rows):
+        ar = a[r * dv : (r + 1) * dv]
+        p = s[r * c + jj]
+        for x in range(dv):
+            ar[x] += p * _widen(vr[x])
+
+
+@njit(**INLINE)
+def _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, scale, limit):
+    """One work unit (module docstring); k, v float32 or bfloat16 bits (uint16). Keys go in
+    groups of GROUP, then one at a time; where it is inlined with constant widths (64, 128,
+    :func:`any_unit`) the loops over the width have a known trip count."""
     i, sp = u // splits, u % splits
     j0 = sp * chunk
     c = min(n, j0 + chunk) - j0
@@ -138,14 +134,14 @@ def _unit_fixed(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, d, chunk
         b = kbase + jj * ks[1]
         for e in range(GROUP):  # the rows AHEAD keys on: the memory stream stays busy
             prefetch(kaddr + (b + (AHEAD + e) * ks[1]) * item)
-        k0, k1 = k[b : b + d], k[b + ks[1] : b + ks[1] + d]
-        k2, k3 = k[b + 2 * ks[1] : b + 2 * ks[1] + d], k[b + 3 * ks[1] : b + 3 * ks[1] + d]
-        k4, k5 = k[b + 4 * ks[1] : b + 4 * ks[1] + d], k[b + 5 * ks[1] : b + 5 * ks[1] + d]
-        k6, k7 = k[b + 6 * ks[1] : b + 6 * ks[1] + d], k[b + 7 * ks[1] : b + 7 * ks[1] + d]
+        k0, k1 = k[b : b + dk], k[b + ks[1] : b + ks[1] + dk]
+        k2, k3 = k[b + 2 * ks[1] : b + 2 * ks[1] + dk], k[b + 3 * ks[1] : b + 3 * ks[1] + dk]
+        k4, k5 = k[b + 4 * ks[1] : b + 4 * ks[1] + dk], k[b + 5 * ks[1] : b + 5 * ks[1] + dk]
+        k6, k7 = k[b + 6 * ks[1] : b + 6 * ks[1] + dk], k[b + 7 * ks[1] : b + 7 * ks[1] + dk]
         for r in range(rows):
-            qr = q[(i * rows + r) * d : (i * rows + r + 1) * d]
+            qr = q[(i * rows + r) * dk : (i * rows + r + 1) * dk]
             t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = np.float32(0.0)
-            for x in range(d):
+            for x in range(dk):
                 qx = qr[x]
                 t0 += qx * _widen(k0[x])
                 t1 += qx * _widen(k1[x])
@@ -160,30 +156,24 @@ def _unit_fixed(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, d, chunk
             s[e + 4], s[e + 5], s[e + 6], s[e + 7] = t4 * scale, t5 * scale, t6 * scale, t7 * scale
     for jj in range(full, c):
         b = kbase + jj * ks[1]
-        kr = k[b : b + d]
-        for r in range(rows):
-            qr = q[(i * rows + r) * d : (i * rows + r + 1) * d]
-            t = np.float32(0.0)
-            for x in range(d):
-                t += qr[x] * _widen(kr[x])
-            s[r * c + jj] = t * scale
+        _score_key(q, k[b : b + dk], s, i, rows, c, jj, dk, scale)
     o = u * rows
     inside = _softmax_rows(s, rows, c, m, lsum, o, limit)
-    a = np.zeros(rows * d, np.float32)
+    a = np.zeros(rows * dv, np.float32)
     vbase = i * vs[0] + j0 * vs[1]
     for jj in range(0, full, GROUP):
         b = vbase + jj * vs[1]
         for e in range(GROUP):
             prefetch(vaddr + (b + (AHEAD + e) * vs[1]) * item)
-        v0, v1 = v[b : b + d], v[b + vs[1] : b + vs[1] + d]
-        v2, v3 = v[b + 2 * vs[1] : b + 2 * vs[1] + d], v[b + 3 * vs[1] : b + 3 * vs[1] + d]
-        v4, v5 = v[b + 4 * vs[1] : b + 4 * vs[1] + d], v[b + 5 * vs[1] : b + 5 * vs[1] + d]
-        v6, v7 = v[b + 6 * vs[1] : b + 6 * vs[1] + d], v[b + 7 * vs[1] : b + 7 * vs[1] + d]
+        v0, v1 = v[b : b + dv], v[b + vs[1] : b + vs[1] + dv]
+        v2, v3 = v[b + 2 * vs[1] : b + 2 * vs[1] + dv], v[b + 3 * vs[1] : b + 3 * vs[1] + dv]
+        v4, v5 = v[b + 4 * vs[1] : b + 4 * vs[1] + dv], v[b + 5 * vs[1] : b + 5 * vs[1] + dv]
+        v6, v7 = v[b + 6 * vs[1] : b + 6 * vs[1] + dv], v[b + 7 * vs[1] : b + 7 * vs[1] + dv]
         for r in range(rows):
-            ar = a[r * d : (r + 1) * d]
+            ar = a[r * dv : (r + 1) * dv]
             p = s[r * c + jj : r * c + jj + GROUP]
             p0, p1, p2, p3, p4, p5, p6, p7 = p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
-            for x in range(d):
+            for x in range(dv):
                 ar[x] += (
                     p0 * _widen(v0[x])
                     + p1 * _widen(v1[x])
@@ -197,66 +187,65 @@ def _unit_fixed(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, d, chunk
                 )
     for jj in range(full, c):
         b = vbase + jj * vs[1]
-        vr = v[b : b + d]
-        for r in range(rows):
-            ar = a[r * d : (r + 1) * d]
-            p = s[r * c + jj]
-            for x in range(d):
-                ar[x] += p * _widen(vr[x])
-    for y in range(rows * d):
-        acc[o * d + y] = a[y]
+        _add_value(a, s, v[b : b + dv], rows, c, jj, dv)
+    for y in range(rows * dv):
+        acc[o * dv + y] = a[y]
     bad[u] = 0 if inside == rows * c else 1
 
 
 @njit(**INLINE)
 def any_unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, scale, limit):
-    """One work unit: :func:`_unit_fixed` for the common widths (64, 128), else :func:`_unit`."""
+    """One work unit: :func:`_unit` inlined with constant widths for the common ones (64, 128),
+    so their loops have a known trip count; with the call's widths otherwise."""
     if dk == 64 and dv == 64:
-        _unit_fixed(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, 64, chunk, scale, limit)
+        _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, 64, 64, chunk, scale, limit)
     elif dk == 128 and dv == 128:
-        _unit_fixed(
-            q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, 128, chunk, scale, limit
-        )
+        _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, 128, 128, chunk, scale, limit)
     else:
         _unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, scale, limit)
 
 
-@njit(**INLINE)
-def _units(q_addr, k, v, ks, vs, rows, n, dk, dv, chunk, splits, scale, limit,
-           m_addr, l_addr, acc_addr, bad_addr, units, first, step):  # fmt: skip
-    q = carray(pointer_f32(q_addr), (units // splits) * rows * dk)
-    m = carray(pointer_f32(m_addr), units * rows)
-    lsum = carray(pointer_f32(l_addr), units * rows)
-    acc = carray(pointer_f32(acc_addr), units * rows * dv)
-    bad = carray(pointer_i32(bad_addr), units)
-    sc, lim = np.float32(scale), np.float32(limit)
-    for u in range(first, units, step):
-        any_unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, sc, lim)
+HEAD = 4
+"""Words of a step's block before its arguments: next unit, units, scale and limit (float64
+bits)."""
+
+ARGS = (
+    "bf16", "q", "k", "v", "k_span", "v_span", "ks_n", "ks_j", "vs_n", "vs_j",
+    "rows", "n", "dk", "dv", "chunk", "splits", "m", "l", "acc", "bad",
+)  # fmt: skip
+"""The step's int64 arguments after the head, in order (addresses; strides and spans in
+elements: ``ks_n`` between row blocks, ``ks_j`` between keys; ``bf16`` is 1 for bfloat16 K and
+V)."""
 
 
-@njit(**KERNEL)
-def partials_f32(
-    q_addr, k_addr, v_addr, k_span, v_span, ks_n, ks_j, vs_n, vs_j,
-    rows, n, dk, dv, chunk, splits, scale, limit,
-    m_addr, l_addr, acc_addr, bad_addr, units, first, step,
-):  # fmt: skip
-    """Units ``first, first + step, ...`` below ``units``; K and V float32 (strides in
-    elements: ``ks_n`` between row blocks, ``ks_j`` between keys; spans in elements)."""
-    k, v = carray(pointer_f32(k_addr), k_span), carray(pointer_f32(v_addr), v_span)
-    _units(q_addr, k, v, (ks_n, ks_j), (vs_n, vs_j), rows, n, dk, dv, chunk, splits, scale,
-           limit, m_addr, l_addr, acc_addr, bad_addr, units, first, step)  # fmt: skip
-
-
-@njit(**KERNEL)
-def partials_bf16(
-    q_addr, k_addr, v_addr, k_span, v_span, ks_n, ks_j, vs_n, vs_j,
-    rows, n, dk, dv, chunk, splits, scale, limit,
-    m_addr, l_addr, acc_addr, bad_addr, units, first, step,
-):  # fmt: skip
-    """:func:`partials_f32` with K and V bfloat16 (read as 16-bit words)."""
-    k, v = carray(pointer_u16(k_addr), k_span), carray(pointer_u16(v_addr), v_span)
-    _units(q_addr, k, v, (ks_n, ks_j), (vs_n, vs_j), rows, n, dk, dv, chunk, splits, scale,
-           limit, m_addr, l_addr, acc_addr, bad_addr, units, first, step)  # fmt: skip
+@cfunc(types.void(types.intp), cache=True, fastmath=FAST, error_model="numpy")
+def run_units(block):
+    """Claim units of the step in ``block`` one at a time (an atomic add on its first word) and
+    run them, until none is left. Every thread running a step calls it with the same block: the
+    caller alone, torch's OpenMP threads, or a thread pool's."""
+    ia = carray(pointer_i64(block), HEAD + len(ARGS))
+    units = ia[1]
+    sc, lim = np.float32(bits_to_f64(ia[2])), np.float32(bits_to_f64(ia[3]))
+    a = ia[HEAD:]
+    rows, n, dk, dv, chunk, splits = a[10], a[11], a[12], a[13], a[14], a[15]
+    q = carray(pointer_f32(a[1]), (units // splits) * rows * dk)
+    m = carray(pointer_f32(a[16]), units * rows)
+    lsum = carray(pointer_f32(a[17]), units * rows)
+    acc = carray(pointer_f32(a[18]), units * rows * dv)
+    bad = carray(pointer_i32(a[19]), units)
+    ks, vs = (a[6], a[7]), (a[8], a[9])
+    while True:
+        u = atomic_add_i64(block, 1)
+        if u >= units:
+            return
+        if a[0]:
+            k, v = carray(pointer_u16(a[2]), a[4]), carray(pointer_u16(a[3]), a[5])
+            any_unit(q, k, v, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, sc, lim)
+        else:
+            k32, v32 = carray(pointer_f32(a[2]), a[4]), carray(pointer_f32(a[3]), a[5])
+            any_unit(
+                q, k32, v32, ks, vs, m, lsum, acc, bad, u, splits, rows, n, dk, dv, chunk, sc, lim
+            )
 
 
 @njit(**KERNEL)

@@ -45,7 +45,6 @@ KERNEL_FILES = [
     Path(__file__).resolve().parent.parent / "nbmath.py",
     Path(__file__).resolve().parent.parent / "nb_memory.py",
 ]
-TEAM_FILES = [Path(__file__).with_name("nb_team.py"), *KERNEL_FILES]
 
 
 def numba_missing() -> str | None:
@@ -56,13 +55,6 @@ def numba_missing() -> str | None:
 @functools.cache
 def _kernels() -> ModuleType:
     return runtime.load_kernels("attnkit.kernels.decode.nb_kernels", KERNEL_FILES)
-
-
-@functools.cache
-def _team() -> ModuleType:
-    """The C callback that runs a step's units on OpenMP threads, and its block layout
-    (:mod:`.nb_team`)."""
-    return runtime.load_kernels("attnkit.kernels.decode.nb_team", TEAM_FILES)
 
 
 def _blocks(x: Tensor) -> tuple[Tensor, int, int, int]:
@@ -123,21 +115,20 @@ def attend_split_k(q: Tensor, k: Tensor, v: Tensor, scale: float, limit: float) 
     l_addr = m_addr + units * rows * 4
     acc_addr = l_addr + units * rows * 4
     bad_addr = acc_addr + units * rows * dv * 4  # int32 flags in the last units words
-    partials = kern.partials_bf16 if item == 2 else kern.partials_f32
-    args = (
-        q.data_ptr(), k.data_ptr(), v.data_ptr(),
+    # the step's block: nb_kernels.HEAD words (scale and limit as float64 bits), then its ARGS
+    bits = struct.unpack("qq", struct.pack("dd", scale, limit))
+    block = array.array("q", (
+        0, units, *bits, int(item == 2), q.data_ptr(), k.data_ptr(), v.data_ptr(),
         (blocks - 1) * ks0 + (n - 1) * ks1 + dk, (blocks - 1) * vs0 + (n - 1) * vs1 + dv,
-        ks0, ks1, vs0, vs1, rows, n, dk, dv, chunk, splits, scale, limit,
-        m_addr, l_addr, acc_addr, bad_addr, units,
-    )  # fmt: skip
-    if units == 1 or threads == 1:
-        partials(*args, 0, 1)
+        ks0, ks1, vs0, vs1, rows, n, dk, dv, chunk, splits, m_addr, l_addr, acc_addr, bad_addr,
+    ))  # fmt: skip
+    addr, team = block.buffer_info()[0], min(units, threads)
+    if team == 1:
+        kern.run_units.ctypes(addr)
     elif openmp.available():
-        bits = struct.unpack("qq", struct.pack("dd", scale, limit))
-        block = array.array("q", (0, units, *bits, int(item == 2), *args[:15], *args[17:-1]))
-        openmp.parallel(_team().body.address, block.buffer_info()[0], min(units, threads))
-    else:
-        runtime.launch(partials, args, min(units, threads))
+        openmp.parallel(kern.run_units.address, addr, team)
+    else:  # each pool thread claims units from the block until none is left
+        runtime.launch(lambda first, step: kern.run_units.ctypes(addr), (), team)
     out = torch.empty(q.shape[:-1] + (dv,))
     if kern.combine(m_addr, l_addr, acc_addr, bad_addr, out.data_ptr(), blocks, splits, rows, dv):
         return None
