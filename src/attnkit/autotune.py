@@ -18,7 +18,6 @@ Shape legend: ``B`` batch, ``H`` heads, ``L`` sequence length, ``d`` head width.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -197,23 +196,16 @@ def blocks(budget: Budget) -> Found:
     mask = M.sliding_window(length // 4)
     t0 = current()
     cands = [(128, 64), (64, 64), (256, 64), (128, 128)]
-    fns = {}
-    for bq, bkv in cands:
-
-        def run(bq=bq, bkv=bkv):
-            t = dataclasses.replace(
-                t0, blocksparse_block_q=bq, blocksparse_block_kv=bkv, blocksparse_band_block_q=bq
-            )
-            with use(t):
-                return scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
-
-        fns[(bq, bkv)] = run
+    tunings = {  # the band block follows the block: this mask is a band too
+        (bq, bkv): dataclasses.replace(
+            t0, blocksparse_block_q=bq, blocksparse_block_kv=bkv, blocksparse_band_block_q=bq
+        )
+        for bq, bkv in cands
+    }
+    fns = {c: (lambda t=t: _with(t, q, k, v, mask)) for c, t in tunings.items()}
     with torch.inference_mode():
         times = _best_times(fns, budget.reps)
-    base = (t0.blocksparse_block_q, t0.blocksparse_block_kv)
-    best = min(times, key=times.get)
-    if base in times and times[base] < budget.margin * times[best]:
-        best = base
+    best = _fastest(times, (t0.blocksparse_block_q, t0.blocksparse_block_kv), budget.margin)
     shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.1f} ms" for a, b in times)
     return Found(
         {"blocksparse_block_q": best[0], "blocksparse_block_kv": best[1]},
@@ -226,22 +218,26 @@ def band_block(budget: Budget) -> Found:
     (sliding window 128: 257 keys per query; B=1, H=8, L = 4 * budget.length)."""
     q, k, v = _qkv(1, 8, 4 * budget.length)
     mask, t0 = M.sliding_window(128), current()
-    fns = {
-        bq: lambda bq=bq: _with(dataclasses.replace(t0, blocksparse_band_block_q=bq), q, k, v, mask)
-        for bq in (16, 32, 64, 128)
-    }
+    tunings = {bq: dataclasses.replace(t0, blocksparse_band_block_q=bq) for bq in (16, 32, 64, 128)}
+    fns = {bq: (lambda t=t: _with(t, q, k, v, mask)) for bq, t in tunings.items()}
     with torch.inference_mode():
         times = _best_times(fns, budget.reps)
-    best = min(times, key=times.get)
-    if times.get(t0.blocksparse_band_block_q, math.inf) < budget.margin * times[best]:
-        best = t0.blocksparse_band_block_q
+    best = _fastest(times, t0.blocksparse_band_block_q, budget.margin)
     shown = ", ".join(f"{bq} rows {s * 1e3:.1f} ms" for bq, s in times.items())
     return Found({"blocksparse_band_block_q": best}, f"window 128, L={4 * budget.length}: {shown}")
 
 
-def _with(t, q, k, v, mask):
+def _with(t: Tuning, q, k, v, mask):
+    """blocksparse attention under the tuning ``t``."""
     with use(t):
         return scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
+
+
+def _fastest(times: dict, base, margin: float):
+    """The key of the fastest of ``times``, unless ``base`` (the value in use) is within
+    ``margin`` of it: a candidate must be clearly faster to replace it."""
+    best = min(times, key=times.get)
+    return base if base in times and times[base] < margin * times[best] else best
 
 
 def planner_costs(budget: Budget) -> Found:
@@ -319,16 +315,11 @@ def additive_tiles(budget: Budget) -> Found:
         for c in tiles
     }
     times = _best_times(fns, budget.reps)
-    base = (t0.additive_block_q, t0.additive_block_k)
-    best = min(times, key=times.get)
-    if times[base] < budget.margin * times[best]:
-        best = base
+    best = _fastest(times, (t0.additive_block_q, t0.additive_block_k), budget.margin)
     tile = dataclasses.replace(t0, additive_block_q=best[0], additive_block_k=best[1])
     parts = {p: timed(dataclasses.replace(tile, numba_parts_per_thread=p)) for p in (2, 4, 8)}
     ptimes = _best_times(parts, budget.reps)
-    bp = min(ptimes, key=ptimes.get)
-    if ptimes[t0.numba_parts_per_thread] < budget.margin * ptimes[bp]:
-        bp = t0.numba_parts_per_thread
+    bp = _fastest(ptimes, t0.numba_parts_per_thread, budget.margin)
     shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.0f} ms" for a, b in times)
     shown += "; parts/thread " + ", ".join(f"{p}: {s * 1e3:.0f} ms" for p, s in ptimes.items())
     return Found(

@@ -77,21 +77,13 @@ bits_to_f64 = _bitcast_intrinsic(types.int64, types.float64, ir.DoubleType())
 """Reinterpret the bits of an int64 as a float64 (no conversion)."""
 
 
-_SEQ = "seq_cst"
-_I64P = types.CPointer(types.int64)
-
-
-def _i64_pointer(context, builder, address):
-    return builder.inttoptr(address, context.get_value_type(_I64P))
-
-
 @intrinsic
 def atomic_add_i64(typingctx, address, value):
     """Add ``value`` to the int64 at ``address`` atomically; returns the value before."""
 
     def codegen(context, builder, signature, args):
-        ptr = _i64_pointer(context, builder, args[0])
-        return builder.atomic_rmw("add", ptr, args[1], _SEQ)
+        ptr = builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
+        return builder.atomic_rmw("add", ptr, args[1], "seq_cst")
 
     return types.int64(types.intp, types.int64), codegen
 
