@@ -165,3 +165,40 @@ def test_band_gradients_after_either_interior_forward(per_element, monkeypatch):
     want = torch.autograd.grad(ref, (q64, k64, v64), go.double())
     for got, exp in zip(grads, want, strict=True):
         assert (got.double() - exp).abs().max() <= 5e-5
+
+
+def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """t (1, H, L, d) as the same values in another memory layout."""
+    if layout == "transposed":  # (B, L, H, d) memory, as a projection's output viewed per head
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "stepped":  # every other row of a larger buffer
+        return torch.repeat_interleave(t, 2, dim=2)[:, :, ::2]
+    if layout == "expanded":  # one head's values expanded over the heads (stride 0)
+        return t[:, :1].expand(t.shape)
+    return t
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "stepped", "expanded"])
+def test_per_element_band_route_reads_every_layout(layout, monkeypatch):
+    """The per-element interior calls on q, k, v in other memory layouts: output and gradients
+    against float64 autograd of the dense reference on the same values."""
+    monkeypatch.setattr(plans, "PER_ELEMENT_BLOCKS", 1)
+    ran = []
+    per_element = plans.BandPlan._per_element
+    monkeypatch.setattr(
+        plans.BandPlan, "_per_element", lambda self, *a: ran.append(1) or per_element(self, *a)
+    )
+    mask = M.sliding_window(9, 0)
+    q, k, v = (_layout(t.detach(), layout).requires_grad_() for t in _qkv(203, 203, seed=11))
+    with use(dataclasses.replace(DEFAULT, blocksparse_block_q=16)):  # 11 interior blocks
+        out = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
+    assert ran, "the per-element route did not run"
+    go = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    grads = torch.autograd.grad(out, (q, k, v), go)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    allowed = mask.materialize(203, 203)
+    s = (q64 @ k64.transpose(-2, -1)) * 16**-0.5
+    ref = torch.softmax(s.masked_fill(~allowed, -torch.inf), -1) @ v64
+    assert (out.double() - ref).abs().max() <= 2e-5
+    for got, exp in zip(grads, torch.autograd.grad(ref, (q64, k64, v64), go.double()), strict=True):
+        assert (got.double() - exp).abs().max() <= 5e-5
