@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from attnkit.models.hf_loading import first, read_header
+from attnkit.nn.projection import pack_legacy
 from attnkit.train import tokenizer as tk
 from attnkit.train.best import Best
 from attnkit.train.checkpoint import FORMAT, CheckpointError, find_checkpoint, read_json, verify
@@ -176,6 +177,7 @@ def _check_weights_fit(kind: str, model_cfg: dict, weights: Path, cfg_path: Path
         raise CheckpointError(f"{weights}: corrupted metadata (aliases is not an object)")
     shapes = {k: shape for k, (shape, _) in header.items()}
     shapes.update({k: shapes[v] for k, v in aliases.items() if v in shapes})
+    shapes = _packed_shapes(shapes)
     bad = [
         f"{k} {shapes[k]} (expected {v})"
         for k, v in expected.items()
@@ -190,6 +192,15 @@ def _check_weights_fit(kind: str, model_cfg: dict, weights: Path, cfg_path: Path
         raise CheckpointError(
             f"{weights}: weights do not match config.json: " + "; ".join(problems)
         )
+
+
+def _packed_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The shapes of a checkpoint's weights under today's names: checkpoints written before
+    the packed in-projection hold q/k/v apart (``MultiHeadAttention`` packs them when loading,
+    :func:`attnkit.nn.projection.pack_legacy`)."""
+    meta = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
+    pack_legacy(meta)
+    return {k: tuple(t.shape) for k, t in meta.items()}
 
 
 def load(path: str | Path, *, best: bool = False) -> Loaded:
