@@ -310,21 +310,26 @@ class MultiHeadAttention(nn.Module):
             device=w0.device,
             dtype=w0.dtype,
         )
-        # the same layouts: packed when kdim == vdim == embed_dim, separate otherwise
-        p = new.in_proj
         with torch.no_grad():
-            if p.packed:
-                p.weight.copy_(m.in_proj_weight)
-            else:
-                p.q_weight.copy_(m.q_proj_weight)
-                p.k_weight.copy_(m.k_proj_weight)
-                p.v_weight.copy_(m.v_proj_weight)
-            new.out_proj.weight.copy_(m.out_proj.weight)
-            if m.in_proj_bias is not None:
-                p.bias.copy_(m.in_proj_bias)
-                new.out_proj.bias.copy_(m.out_proj.bias)
+            for ours, theirs in new.torch_pairs(m):
+                ours.copy_(theirs)
         new.train(m.training)
         return new
+
+    def torch_pairs(self, m: nn.MultiheadAttention) -> list[tuple[Tensor, Tensor]]:
+        """(our parameter, ``m``'s) for every parameter of a ``torch.nn.MultiheadAttention``
+        of the same sizes and biases: the layouts agree (packed ``in_proj_weight`` when
+        kdim == vdim == embed_dim, else ``q/k/v_proj_weight``; one packed bias)."""
+        p = self.in_proj
+        if p.packed:
+            pairs = [(p.weight, m.in_proj_weight)]
+        else:
+            pairs = [(p.q_weight, m.q_proj_weight), (p.k_weight, m.k_proj_weight)]
+            pairs.append((p.v_weight, m.v_proj_weight))
+        pairs.append((self.out_proj.weight, m.out_proj.weight))
+        if self.bias:
+            pairs += [(p.bias, m.in_proj_bias), (self.out_proj.bias, m.out_proj.bias)]
+        return pairs
 
     def to_torch(self) -> nn.MultiheadAttention:
         """The equivalent ``torch.nn.MultiheadAttention`` (same weights). Only for
@@ -356,18 +361,9 @@ class MultiHeadAttention(nn.Module):
             device=w0.device,
             dtype=w0.dtype,
         )
-        p = self.in_proj
         with torch.no_grad():
-            if p.packed:
-                m.in_proj_weight.copy_(p.weight)
-            else:
-                m.q_proj_weight.copy_(p.q_weight)
-                m.k_proj_weight.copy_(p.k_weight)
-                m.v_proj_weight.copy_(p.v_weight)
-            m.out_proj.weight.copy_(self.out_proj.weight)
-            if self.bias:
-                m.in_proj_bias.copy_(p.bias)
-                m.out_proj.bias.copy_(self.out_proj.bias)
+            for ours, theirs in self.torch_pairs(m):
+                theirs.copy_(ours)
         m.train(self.training)
         return m
 
