@@ -368,7 +368,7 @@ class MultiHeadAttention(nn.Module):
         return m
 
 
-def _legacy_names(module, state, prefix, *_args) -> None:
+def _legacy_names(module: nn.Module, state: dict, prefix: str, *_args: object) -> None:
     """load_state_dict pre-hook: the separate q/k/v names of older checkpoints packed
     (:func:`~attnkit.nn.projection.pack_legacy`)."""
     pack_legacy(state, prefix)

@@ -112,15 +112,23 @@ class InProjection(nn.Module):
 
     def q(self, x: Tensor) -> Tensor:
         """q (..., E) of x (..., E)."""
-        return F.linear(x, self.weights()[0], self.biases()[0])
+        return self._part(x, 0)
 
     def k(self, x: Tensor) -> Tensor:
         """k (..., D) of x (..., E_k)."""
-        return F.linear(x, self.weights()[1], self.biases()[1])
+        return self._part(x, 1)
 
     def v(self, x: Tensor) -> Tensor:
         """v (..., D) of x (..., E_v)."""
-        return F.linear(x, self.weights()[2], self.biases()[2])
+        return self._part(x, 2)
+
+    def _part(self, x: Tensor, i: int) -> Tensor:
+        """x's product with block ``i`` (0 q, 1 k, 2 v) of the weights and bias (row slices)."""
+        e, d = self.embed_dim, self.kv_dim
+        start, n = (0, e) if i == 0 else (e + (i - 1) * d, d)
+        b = None if self.bias is None else self.bias[start : start + n]
+        w = self.weight[start : start + n] if self.packed else self.weights()[i]
+        return F.linear(x, w, b)
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, kv_dim={self.kv_dim}, packed={self.packed}"
