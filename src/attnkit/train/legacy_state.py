@@ -28,8 +28,8 @@ _SEPARATE = {f"in_proj.{n[0]}_weight": n for n in LEGACY}
 
 def _old_names(name: str) -> list[str]:
     """The old parameter names a parameter of today's model stands for."""
-    prefix, _, last = name.rpartition("in_proj.")
-    if not _ or (prefix and not prefix.endswith(".")):
+    prefix, sep, last = name.rpartition("in_proj.")
+    if not sep or (prefix and not prefix.endswith(".")):
         return [name]
     key = "in_proj." + last
     if key in _PARTS:
