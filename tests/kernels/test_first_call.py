@@ -9,6 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+
+import pytest
+import torch
 
 _CHILD = r"""
 import json, sys
@@ -55,3 +60,39 @@ def test_calls_2_to_50_of_a_fresh_process_pay_no_one_time_cost():
     assert got["kernels_last"] == got["kernels_first"], "calls 2-50 compiled numba kernels"
     if got["after_first"] == "ready":
         assert got["kernels_first"] and all(got["kernels_first"].values()), got
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
+def test_a_child_forked_during_a_kernel_load_loads_its_own():
+    """A fork while another thread holds the kernel-load lock (mid-import) leaves the child a
+    free lock: its first bit scan loads the kernels instead of waiting forever."""
+    from attnkit.kernels import numba_runtime, scan
+
+    held, release = threading.Event(), threading.Event()
+
+    def loader() -> None:
+        with numba_runtime._LOCK:  # as load_kernels holds it during an import
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=loader)
+    t.start()
+    held.wait(30)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit code 0 once a scan ran (a hang times out the parent)
+            ok = numba_runtime._LOCK.acquire(timeout=20)
+            if ok:
+                numba_runtime._LOCK.release()
+                scan.absmax(torch.ones(3))
+            os._exit(0 if ok else 3)
+        deadline = time.monotonic() + 120
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        release.set()
+        t.join()
