@@ -138,7 +138,7 @@ class _Layer(torch.nn.Module):
         """The same weights with torch's SDPA and a cache grown by torch.cat."""
         a, h = self.attn, self.attn.num_heads
         y = self.norm1(x)
-        q, k, v = (functional.split_heads(p(y), h) for p in (a.q_proj, a.k_proj, a.v_proj))
+        q, k, v = (functional.split_heads(t, h) for t in a.in_proj.qkv(y))
         if kv:
             k, v = torch.cat([kv[0], k], dim=-2), torch.cat([kv[1], v], dim=-2)
         kv[:] = [k, v]

@@ -20,6 +20,7 @@ from attnkit import masks
 from attnkit.explain.shared import shared_dir
 from attnkit.models.lm import LMConfig, TransformerLM
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.nn.projection import unpack
 from attnkit.train import tokenizer as tk
 from attnkit.train.data import read_pairs
 from attnkit.train.loss import chunked_head_loss
@@ -140,7 +141,7 @@ def lm_models(vocab: int, length: int, window: int) -> tuple:
     kw = dict(vocab_size=vocab, dropout=0.0, max_len=length, window=window, **LM)
     ours = TransformerLM(LMConfig(**kw))
     peer = SDPALanguageModel(vocab, LM["d_model"], LM["nhead"], LM["num_layers"], 1024)
-    peer.load_state_dict(ours.state_dict())
+    peer.load_state_dict(unpack(ours.state_dict()))  # q, k, v apart, as the peer keeps them
     return ours, peer, masks.sliding_window(window, 0).materialize(length, length)
 
 

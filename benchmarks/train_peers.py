@@ -8,8 +8,9 @@ with key-padding masks and a causal target mask.
 
 :class:`SDPALanguageModel`: a decoder-only LM whose attention is
 ``torch.nn.functional.scaled_dot_product_attention`` with a dense boolean (L, L) mask; its module
-names equal attnkit's ``TransformerLM``'s, so ``load_state_dict`` takes attnkit's weights as
-they are.
+names equal attnkit's ``TransformerLM``'s with q, k and v apart (the names before attnkit's packed
+in-projection), so ``load_state_dict`` takes attnkit's weights through
+``attnkit.nn.projection.unpack``.
 """
 
 from __future__ import annotations
@@ -92,17 +93,14 @@ class TutorialSeq2Seq(nn.Module):
 
 def seq2seq_state_from_attnkit(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """attnkit ``Seq2SeqTransformer`` weights renamed for :class:`TutorialSeq2Seq`: each
-    attention's q/k/v projections become torch's ``in_proj_weight`` / ``in_proj_bias``."""
+    attention's packed in-projection (``in_proj.weight`` / ``in_proj.bias``, q | k | v as
+    torch packs them) becomes torch's ``in_proj_weight`` / ``in_proj_bias``."""
     out: dict[str, Tensor] = {}
     for key, value in state.items():
-        if ".q_proj." in key or ".k_proj." in key or ".v_proj." in key:
-            continue
-        out[key] = value
-    prefixes = {k.split(".q_proj.")[0] for k in state if ".q_proj." in k}
-    for p in prefixes:
         for kind in ("weight", "bias"):
-            parts = [state[f"{p}.{n}_proj.{kind}"] for n in ("q", "k", "v")]
-            out[f"{p}.in_proj_{kind}"] = torch.cat(parts, dim=0)
+            if key.endswith(f".in_proj.{kind}"):
+                key = key[: -len(f".in_proj.{kind}")] + f".in_proj_{kind}"
+        out[key] = value
     return out
 
 

@@ -189,8 +189,8 @@ def test_module_native_path_does_not_repeat(monkeypatch):
     monkeypatch.setitem(dispatch.PREFERENCE, "dot", ("dense", "math"))
     dispatch.clear_cache()
     want, _ = F.multi_head_attention(
-        x, x, x, 8, m.q_proj.weight, m.k_proj.weight, m.v_proj.weight, m.out_proj.weight,
-        m.q_proj.bias, m.k_proj.bias, m.v_proj.bias, m.out_proj.bias,
+        x, x, x, 8, *m.in_proj.weights(), m.out_proj.weight,
+        *m.in_proj.biases(), m.out_proj.bias,
         mask=M.causal("bottom_right"), num_kv_heads=2, backend="math",
     )  # fmt: skip
     seen.forbid_repeats()

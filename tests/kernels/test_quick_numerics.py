@@ -34,8 +34,7 @@ def _same(a: float, b: float) -> bool:
 
 @pytest.fixture(autouse=True)
 def fast_scan(monkeypatch):
-    """Every scan of these tests goes to the numba kernels (no warm-up calls)."""
-    monkeypatch.setitem(S._state, "scans", S.WARM_CALLS)
+    """Every scan of these tests goes to the numba kernels (loaded here, as a first call does)."""
     monkeypatch.setitem(S._state, "ready", S._kernels())
     if S._kernels() is None:
         pytest.skip("numba is not usable here: the bit scan is never used")
@@ -173,13 +172,20 @@ def test_without_numba_the_torch_scan_decides(monkeypatch):
     assert N.numerics(call)[1] is False
 
 
-def test_the_first_scans_of_a_process_use_torch(monkeypatch):
-    monkeypatch.setitem(S._state, "scans", 0)
+def test_the_first_scan_of_a_process_loads_every_kernel(monkeypatch):
+    """The first scan pays numba's one-time cost (issue 32 section 5): the kernels of every
+    width are compiled by then, and the call's own result uses them."""
+    monkeypatch.delitem(S._state, "kernels", raising=False)
     monkeypatch.delitem(S._state, "ready", raising=False)
-    monkeypatch.setattr(S, "absmax_bits", lambda t: pytest.fail("bit scan used too early"))
+    assert S.kernels_status() == "not loaded"
     call = _call(torch.float32, 1.0, False, special=("k", math.nan))
     assert N.numerics(call)[1] is False
-    assert S._state["scans"] == 1  # one warm-up scan call for q, k and v
+    assert S.kernels_status() == "ready"
+    kern = S._state["ready"]
+    for name in ("absmax_bits16", "absmax_bits32", "absmax_bits64"):
+        assert getattr(kern, name).signatures, name
+    for name in ("absmax3_bits16", "absmax3_bits32", "absmax3_bits64"):
+        assert getattr(kern, name).signatures, name
 
 
 def test_tensor_subclasses_get_the_torch_scan():

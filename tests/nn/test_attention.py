@@ -140,9 +140,10 @@ def gqa_reference(mha: MultiHeadAttention, x, mem, allowed):
     h, g, d = mha.num_heads, mha.num_kv_heads, mha.head_dim
     b, lq, _ = x.shape
     lk = mem.shape[1]
-    q = (x @ mha.q_proj.weight.T + mha.q_proj.bias).reshape(b, lq, h, d)
-    k = (mem @ mha.k_proj.weight.T + mha.k_proj.bias).reshape(b, lk, g, d)
-    v = (mem @ mha.v_proj.weight.T + mha.v_proj.bias).reshape(b, lk, g, d)
+    (wq, wk, wv), (bq, bk, bv) = mha.in_proj.weights(), mha.in_proj.biases()
+    q = (x @ wq.T + bq).reshape(b, lq, h, d)
+    k = (mem @ wk.T + bk).reshape(b, lk, g, d)
+    v = (mem @ wv.T + bv).reshape(b, lk, g, d)
     heads, weights = [], []
     for i in range(h):
         j = i * g // h  # query head i reads key/value head j
@@ -161,7 +162,7 @@ def test_grouped_query_against_float64_math(num_kv_heads):
     mha = MultiHeadAttention(30, 6, num_kv_heads=num_kv_heads, dtype=torch.float64).eval()
     for p in mha.parameters():
         nn.init.normal_(p, std=0.3)
-    assert mha.k_proj.out_features == num_kv_heads * 5
+    assert mha.in_proj.weight.shape == (30 + 2 * num_kv_heads * 5, 30)  # q | k | v packed
     x = torch.randn(B, LQ, 30, dtype=torch.float64)
     mem = torch.randn(B, LK, 30, dtype=torch.float64)
     lengths = [13, 1, 6]

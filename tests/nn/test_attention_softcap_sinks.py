@@ -49,11 +49,14 @@ def _reference(m: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor):
     x = x.double()
     d, g = E // H, m.num_kv_heads
 
-    def proj(name, n):
-        y = x @ p[f"{name}.weight"].T + p[f"{name}.bias"]
+    rows = [E, g * d, g * d]
+    w, b = p["in_proj.weight"].split(rows), p["in_proj.bias"].split(rows)
+
+    def proj(i, n):
+        y = x @ w[i].T + b[i]
         return y.view(B, L, n, d).transpose(1, 2)
 
-    q, k, v = proj("q_proj", H), proj("k_proj", g), proj("v_proj", g)
+    q, k, v = proj(0, H), proj(1, g), proj(2, g)
     k, v = k.repeat_interleave(H // g, 1), v.repeat_interleave(H // g, 1)
     o, _ = torch_reference(q, k, v, allowed, None, d**-0.5, m.softcap, p.get("sinks"))
     o = o.transpose(1, 2).reshape(B, L, E)
@@ -64,7 +67,7 @@ def _reference(m: MultiHeadAttention, x: torch.Tensor, allowed: torch.Tensor):
 @pytest.mark.parametrize("g", [H, 2])
 @pytest.mark.parametrize("cap, sinks", [(5.0, False), (None, True), (5.0, True)])
 def test_forward_and_gradients_match_float64(kind, g, cap, sinks):
-    """Output and the gradients of the sinks parameter and of q_proj.weight."""
+    """Output and the gradients of the sinks parameter and of the packed in-projection."""
     m = _module(g, cap, sinks)
     x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(1))
     mask, allowed = MASKS[kind]
@@ -72,7 +75,7 @@ def test_forward_and_gradients_match_float64(kind, g, cap, sinks):
     ref, p = _reference(m, x, allowed(L, L))
     check_close(out.detach().double().numpy(), ref.detach().numpy(), torch.float32, "output")
     go = torch.randn(ref.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    names = ["q_proj.weight"] + (["sinks"] if sinks else [])
+    names = ["in_proj.weight"] + (["sinks"] if sinks else [])
     got = torch.autograd.grad(out, [dict(m.named_parameters())[n] for n in names], go.float())
     want = torch.autograd.grad(ref, [p[n] for n in names], go)
     for n, a, r in zip(names, got, want, strict=True):

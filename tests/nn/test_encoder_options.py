@@ -22,8 +22,9 @@ def _weights(layer: TransformerEncoderLayer, x: torch.Tensor, allowed: torch.Ten
     """softmax(q kᵀ / sqrt(d) + mask) from the layer's own q/k projections: (B, H, S, S)."""
     a = layer.self_attn
     d = E // H
-    q = (x @ a.q_proj.weight.T + a.q_proj.bias).reshape(B, S, H, d).transpose(1, 2)
-    k = (x @ a.k_proj.weight.T + a.k_proj.bias).reshape(B, S, H, d).transpose(1, 2)
+    (wq, wk, _), (bq, bk, _) = a.in_proj.weights(), a.in_proj.biases()
+    q = (x @ wq.T + bq).reshape(B, S, H, d).transpose(1, 2)
+    k = (x @ wk.T + bk).reshape(B, S, H, d).transpose(1, 2)
     s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
     return torch.softmax(s.masked_fill(~allowed, -math.inf), -1)
 

@@ -329,11 +329,8 @@ def _heads(mha, x):
     def split(t):
         return t.reshape(b, length, h, d).transpose(1, 2)
 
-    return (
-        split(x @ mha.q_proj.weight.T + mha.q_proj.bias),
-        split(x @ mha.k_proj.weight.T + mha.k_proj.bias),
-        split(x @ mha.v_proj.weight.T + mha.v_proj.bias),
-    )
+    ws, bs = mha.in_proj.weights(), mha.in_proj.biases()
+    return tuple(split(x @ w.T + b) for w, b in zip(ws, bs, strict=True))
 
 
 def _merge(mha, o):

@@ -37,9 +37,9 @@ def nanogpt_attention(x, c_attn_w, c_attn_b, c_proj_w, c_proj_b):
 def attnkit_copy(c_attn_w, c_attn_b, c_proj_w, c_proj_b, dropout=0.0):
     m = MultiHeadAttention(C, NH, dropout=dropout, dtype=torch.float64)
     with torch.no_grad():
-        for i, proj in enumerate((m.q_proj, m.k_proj, m.v_proj)):
-            proj.weight.copy_(c_attn_w[i * C : (i + 1) * C])
-            proj.bias.copy_(c_attn_b[i * C : (i + 1) * C])
+        for i, (w, b) in enumerate(zip(m.in_proj.weights(), m.in_proj.biases(), strict=True)):
+            w.copy_(c_attn_w[i * C : (i + 1) * C])
+            b.copy_(c_attn_b[i * C : (i + 1) * C])
         m.out_proj.weight.copy_(c_proj_w)
         m.out_proj.bias.copy_(c_proj_b)
     return m

@@ -32,15 +32,12 @@ def ported_mha(e, h, kdim=None, vdim=None, batch_first=True, bias=True, seed=0):
             wq, wk, wv = t.in_proj_weight.chunk(3)
         else:
             wq, wk, wv = t.q_proj_weight, t.k_proj_weight, t.v_proj_weight
-        a.q_proj.weight.copy_(wq)
-        a.k_proj.weight.copy_(wk)
-        a.v_proj.weight.copy_(wv)
+        for mine, theirs in zip(a.in_proj.weights(), (wq, wk, wv), strict=True):
+            mine.copy_(theirs)
         a.out_proj.weight.copy_(t.out_proj.weight)
         if bias:
-            bq, bk, bv = t.in_proj_bias.chunk(3)
-            a.q_proj.bias.copy_(bq)
-            a.k_proj.bias.copy_(bk)
-            a.v_proj.bias.copy_(bv)
+            for mine, theirs in zip(a.in_proj.biases(), t.in_proj_bias.chunk(3), strict=True):
+                mine.copy_(theirs)
             a.out_proj.bias.copy_(t.out_proj.bias)
     return t, a
 

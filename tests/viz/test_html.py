@@ -298,8 +298,8 @@ def test_seq2seq_attentions_are_the_layers_own_weights():
     for layer, (m, x, memory) in enumerate(seen):
         d = m.embed_dim // m.num_heads
         with torch.no_grad():
-            q = m.q_proj(x).double().view(4, m.num_heads, d).transpose(0, 1)
-            k = m.k_proj(memory).double().view(7, m.num_heads, d).transpose(0, 1)
+            q = m.in_proj.q(x).double().view(4, m.num_heads, d).transpose(0, 1)
+            k = m.in_proj.k(memory).double().view(7, m.num_heads, d).transpose(0, 1)
             ref = torch.softmax(q @ k.transpose(-1, -2) / d**0.5, dim=-1)
         np.testing.assert_allclose(
             att.cross[layer].numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-6

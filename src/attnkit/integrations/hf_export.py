@@ -35,6 +35,7 @@ from tokenizers import Tokenizer, processors
 from torch import Tensor
 
 from attnkit.nn.positional import sinusoidal_table
+from attnkit.nn.projection import unpack
 
 __all__ = [
     "UnfaithfulExport",
@@ -146,7 +147,7 @@ def _pegasus_state(model) -> dict[str, Tensor]:
     c = model.config
     p = width_permutation(c.d_model)
     out: dict[str, Tensor] = {}
-    for name, t in model.state_dict().items():
+    for name, t in unpack(model.state_dict()).items():  # q, k, v apart, as Pegasus
         t = t.detach().float().cpu()
         if name.startswith(("src_embed.", "tgt_embed.", "generator.weight")):
             continue

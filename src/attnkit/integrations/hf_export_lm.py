@@ -49,6 +49,7 @@ from attnkit.integrations.hf_export import (
     write_atomically,
 )
 from attnkit.models.lm import TransformerLM
+from attnkit.nn.projection import unpack
 
 __all__ = ["export_lm", "lm_class"]
 
@@ -136,10 +137,10 @@ def _gpt2(model):
     for i, layer in enumerate(model.layers):
         pre = f"transformer.h.{i}."
         a = layer.self_attn
-        qkv = (a.q_proj, a.k_proj, a.v_proj)
-        state[pre + "attn.c_attn.weight"] = torch.cat([_t(p.weight).T for p in qkv], dim=1)
+        # GPT-2's c_attn packs q | k | v as attnkit does, stored transposed (Conv1D)
+        state[pre + "attn.c_attn.weight"] = torch.cat([_t(w).T for w in a.in_proj.weights()], 1)
         if c.bias:
-            state[pre + "attn.c_attn.bias"] = torch.cat([_t(p.bias) for p in qkv])
+            state[pre + "attn.c_attn.bias"] = torch.cat([_t(b) for b in a.in_proj.biases()])
         for name, t in layer.state_dict().items():
             for ours, theirs in _GPT2_LAYER.items():
                 if name.startswith(ours):
@@ -177,7 +178,7 @@ def _pegasus(model):
     if not c.tie_embeddings:
         state["lm_head.weight"] = _t(model.generator.weight)[:, p].clone()
     for i, layer in enumerate(model.layers):
-        for name, t in layer.state_dict().items():
+        for name, t in unpack(layer.state_dict()).items():  # q, k, v apart, as Pegasus
             key, t = pegasus_layer_weight(name, _t(t), p, _PEGASUS_NORMS)
             state[f"model.decoder.layers.{i}.{key}"] = t
     return PegasusForCausalLM(cfg), state

@@ -34,6 +34,18 @@ PARTS_PER_THREAD = DEFAULT.numba_parts_per_thread
 become free (in use: :func:`parts_per_thread`)."""
 
 _LOCK = threading.Lock()
+"""Held while a kernel module is imported (its decorators run with numba's cache directory
+set). A process forked while another of its threads held it gets a new one: the child has no
+such thread, and its first kernel load would otherwise wait forever."""
+
+
+def _new_lock_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 @functools.cache

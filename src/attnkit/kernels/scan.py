@@ -16,8 +16,11 @@ reduction costs a dispatch, a temporary and, above 32k entries, a wake-up of tor
 pool per tensor; the bit scan reads the block once (about 5 us for q, k and v of
 (1, 8, 64, 64) float32 on an AVX-512 core, against 25-35 us for the torch reductions).
 
-Numba is loaded on first use, and only after :data:`WARM_CALLS` scans in the process, so a
-program that computes a handful of attention calls never pays numba's import for them.
+Numba's one-time cost (importing numba, loading the compiled kernels from numba's on-disk cache,
+or compiling them when the cache is cold) is paid by the first scan of a CPU tensor in the
+process, for all six kernels at once (:func:`kernels_status` says whether it was paid), so no
+later call stalls. A background thread was measured as well: its import and loading hold the
+GIL, so calls made meanwhile stalled for up to 1-2 s each instead of the first call alone.
 
 One thread reads the tensors. Reading is bound by memory bandwidth: on the 2-core machine of
 the benchmarks, k and v of a decode step (2 x 4 MiB) took 350-380 us with the numba scan, with
@@ -39,18 +42,15 @@ from torch import Tensor
 from attnkit.kernels.tuning import DEFAULT, current
 
 __all__ = [
-    "WARM_CALLS",
     "ScanPlan",
     "absmax",
     "absmax3",
     "absmax_bits",
     "absmax_torch",
     "dense_span",
+    "kernels_status",
     "plan3",
 ]
-
-WARM_CALLS = 16
-"""Scans done with :func:`absmax_torch` before :func:`absmax` loads the numba kernels."""
 
 THREADED_MIN = DEFAULT.scan_threaded_min
 """Built-in default (in use: ``tuning.current().scan_threaded_min``, measured by ``attnkit
@@ -78,9 +78,9 @@ _PLAIN = (Tensor, torch.nn.Parameter)
 """Tensor types whose memory the bit scan reads; subclasses (fake, functorch or user tensors)
 get the torch scan, which dispatches through them."""
 _FLOAT32 = torch.float32
-_state: dict[str, object] = {"scans": 0}
-"""``scans``: the warm-up count; ``kernels``: the numba module (None: numba is not usable);
-``ready``: the numba module once a scan has used it (absent before: warm-up or not usable)."""
+_state: dict[str, object] = {}
+"""``kernels``: the numba module (None: numba is not usable; absent: not loaded yet);
+``ready``: the numba module once loaded and every kernel warmed (absent otherwise)."""
 
 
 def absmax_torch(t: Tensor) -> float:
@@ -112,12 +112,22 @@ def dense_span(t: Tensor) -> int | None:
     return span
 
 
+def kernels_status() -> str:
+    """Whether this process has paid the bit scan's one-time cost: ``"ready"`` (numba's kernels
+    are loaded and compiled), ``"unavailable"`` (numba is not usable: the torch scan serves every
+    call) or ``"not loaded"`` (no scan of a CPU tensor yet)."""
+    if "kernels" not in _state:
+        return "not loaded"
+    return "unavailable" if _state["kernels"] is None else "ready"
+
+
 def _kernels() -> ModuleType | None:
-    """The numba kernel module, or None when numba is not usable (loaded once)."""
+    """The numba kernel module, or None when numba is not usable (loaded and every kernel
+    compiled once, at the first call: no later call pays for a kernel of another width)."""
     if "kernels" not in _state:
         from attnkit.kernels.numba_runtime import load_kernels, numba_missing
 
-        _state["kernels"] = (
+        kern = (
             None
             if numba_missing()
             else load_kernels(
@@ -125,6 +135,15 @@ def _kernels() -> ModuleType | None:
                 [Path(__file__).with_name(f) for f in ("absmax_kernels.py", "nb_memory.py")],
             )
         )
+        if kern is not None:
+            buf = torch.zeros(1, dtype=torch.float64)  # 8 bytes: one entry of every width
+            a = buf.data_ptr()
+            for one in (kern.absmax_bits16, kern.absmax_bits32, kern.absmax_bits64):
+                one(a, 1)
+            for three in (kern.absmax3_bits16, kern.absmax3_bits32, kern.absmax3_bits64):
+                three(a, 1, a, 1, a, 1)
+            _state["ready"] = kern
+        _state["kernels"] = kern
     return _state["kernels"]  # type: ignore[return-value]
 
 
@@ -203,6 +222,8 @@ def absmax3(q: Tensor, k: Tensor, v: Tensor, plan: ScanPlan | None = None) -> tu
     reads all three). ``plan``: :func:`plan3` of these tensors' signature (type, dtype, device,
     shape, strides), which dispatch remembered (the caller vouches for the signature: a call's
     memo holds the plan of the call's own tensors); float32 calls then take the shortest path."""
+    if "kernels" not in _state and q.is_cpu:
+        _kernels()  # the one-time cost, at the first call (module docstring)
     n = q.numel() + k.numel() + v.numel()
     if n >= current().scan_threaded_min and torch.get_num_threads() > 1:
         return absmax_torch(q), absmax_torch(k), absmax_torch(v)
@@ -219,17 +240,13 @@ def absmax3(q: Tensor, k: Tensor, v: Tensor, plan: ScanPlan | None = None) -> tu
 
 
 def _absmax3(q: Tensor, k: Tensor, v: Tensor) -> tuple[float, float, float]:
-    """:func:`absmax3` for any tensors (warm-up calls, other dtypes, layouts, devices)."""
-    if _state["scans"] < WARM_CALLS:  # type: ignore[operator]
-        _state["scans"] += 1  # type: ignore[operator]
-        return absmax_torch(q), absmax_torch(k), absmax_torch(v)
+    """:func:`absmax3` for any tensors (other dtypes, layouts, devices)."""
     dtype = q.dtype
     if k.dtype == dtype and v.dtype == dtype:
         bq, bk, bv = _block(q), _block(k), _block(v)
         if bq is not None and bk is not None and bv is not None:
             kern = _kernels()
             if kern is not None:
-                _state["ready"] = kern
                 width = q.element_size()
                 if width == 4:
                     mq, mk, mv = kern.absmax3_bits32(*bq, *bk, *bv)
@@ -245,9 +262,6 @@ def _absmax3(q: Tensor, k: Tensor, v: Tensor) -> tuple[float, float, float]:
 
 def absmax(t: Tensor) -> float:
     """max|t| (``nan`` / ``inf`` when ``t`` holds NaN / +-inf): :func:`absmax_bits` when it
-    applies (after the first WARM_CALLS scans of the process), else :func:`absmax_torch`."""
-    if _state["scans"] < WARM_CALLS:  # type: ignore[operator]
-        _state["scans"] += 1  # type: ignore[operator]
-        return absmax_torch(t)
+    applies, else :func:`absmax_torch`."""
     m = absmax_bits(t)
     return absmax_torch(t) if m is None else m

@@ -39,6 +39,7 @@ from attnkit.models.bert_config import BertConfig
 from attnkit.models.bert_inputs import BertInputs
 from attnkit.models.hf_loading import SentencePooling
 from attnkit.nn.encoder import TransformerEncoderLayer
+from attnkit.nn.projection import pack_legacy, unpack
 from attnkit.tensor_checks import float_dtype
 
 __all__ = ["BertConfig", "BertInputs", "BertModel", "BertOutput", "SentencePooling"]
@@ -171,9 +172,11 @@ class BertModel(nn.Module):
         tokenizer = hf.load_tokenizer(path, pooling.max_seq_length, config.vocab_size)
         with torch.device("meta"):  # shapes only: no memory, no random init
             model = cls(config, tokenizer, pooling)
-        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        # BERT keeps query, key and value apart: matched under the separate names, then packed
+        expected = {k: tuple(v.shape) for k, v in unpack(model.state_dict()).items()}
         names = hf.match_weights(weights_file, header, expected)
         state = hf.load_weights(weights_file, names, dtype)
+        pack_legacy(state)
         model.load_state_dict(state, strict=True, assign=True)
         model.name_or_path = str(path)
         return model.eval()

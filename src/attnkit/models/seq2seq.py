@@ -28,9 +28,10 @@ import torch
 from torch import Tensor, nn
 
 from attnkit import checks
-from attnkit.masks import Mask, causal, from_key_padding_mask, key_padding
+from attnkit.masks import Mask, causal
 from attnkit.models.decoding import beam_search, greedy_search
 from attnkit.models.packed import forward_packed, set_attention_dropout
+from attnkit.models.padding_masks import causal_padding_mask, lengths_mask, padding_mask
 from attnkit.nn.cache import DecoderCache
 from attnkit.nn.positional import SinusoidalPositionalEncoding
 from attnkit.nn.transformer import Transformer
@@ -201,9 +202,10 @@ class Seq2SeqTransformer(nn.Module):
 
     def source_mask(self, src: Tensor, src_lengths: Tensor | None = None) -> Mask:
         """Mask of the valid source keys (batch_shape (B,)): ``key_padding(src_lengths)`` when
-        lengths are given, else every position whose id is not ``pad_id``."""
+        lengths are given, else every position whose id is not ``pad_id``; one object per padding
+        pattern (:mod:`attnkit.models.padding_masks`)."""
         if src_lengths is None:
-            return from_key_padding_mask(src == self.config.pad_id)
+            return padding_mask(src, self.config.pad_id)
         lengths = torch.as_tensor(src_lengths)
         if lengths.is_floating_point() or lengths.dtype == torch.bool:
             raise TypeError(f"src_lengths: expected integer lengths, got dtype {lengths.dtype}")
@@ -213,7 +215,7 @@ class Seq2SeqTransformer(nn.Module):
                 f"src_lengths: expected (B,) = ({b},) lengths in [1, {s}], got "
                 f"shape {tuple(lengths.shape)} values {lengths.tolist()}"
             )
-        return key_padding(lengths)
+        return lengths_mask(tuple(lengths.tolist()))
 
     # --- model ----------------------------------------------------------------------------
     def encode(self, src: Tensor, src_lengths: Tensor | None = None) -> tuple[Tensor, Mask]:
@@ -227,7 +229,7 @@ class Seq2SeqTransformer(nn.Module):
         """Full causal decoding (teacher forcing): tgt (B, T) ids, memory (B, S, E) ->
         logits (B, T, V). Target positions equal to ``pad_id`` are hidden as keys."""
         tgt = self._check_tokens("tgt", tgt, self.config.tgt_vocab_size)
-        tgt_mask = causal() & from_key_padding_mask(tgt == self.config.pad_id)
+        tgt_mask = causal_padding_mask(tgt, self.config.pad_id)
         y = self.transformer.decode(self._embed(self.tgt_embed, tgt), memory, tgt_mask, memory_mask)
         return self.generator(y)
 

@@ -21,26 +21,28 @@ Masks: **True = may attend** (see :mod:`attnkit.masks`). A mask object (``causal
 broadcastable to (B, H, Lq, Lk) with right-aligned torch rules ((Lq, Lk), (B, 1, Lq, Lk), ...).
 
 The module receives its attention function (``attention_fn``, :mod:`attnkit.nn.attention_fn`); the
-head plumbing is :mod:`attnkit.heads`'s, the cache rules :class:`~attnkit.nn.cache.KVCache`'s.
+head plumbing is :mod:`attnkit.heads`'s, the cache rules :class:`~attnkit.nn.cache.KVCache`'s, the
+in-projection :mod:`attnkit.nn.projection`'s, the checks :mod:`attnkit.nn.attention_checks`'.
 """
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch import Tensor, nn
 
-from attnkit import checks, functional, tensor_checks, tensor_version
+from attnkit import checks, functional, tensor_checks
 from attnkit.masks import Mask
+from attnkit.nn.attention_checks import (
+    check_input,
+    check_mask_dims,
+    check_mask_sizes,
+    check_result,
+)
 from attnkit.nn.attention_fn import AttentionFn, default_attention
 from attnkit.nn.cache import KVCache
+from attnkit.nn.projection import InProjection, pack_legacy
 
 __all__ = ["AttentionFn", "MultiHeadAttention", "default_attention"]
-
-# module -> (mask key, weak reference to the mask) of its last checked mask (kept out of the
-# module itself so that modules stay picklable)
-_CHECKED_MASK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class MultiHeadAttention(nn.Module):
@@ -69,8 +71,12 @@ class MultiHeadAttention(nn.Module):
             (initialised to 0): a logit that joins every row's softmax denominator and is then
             dropped (gpt-oss). Passed to ``attention_fn`` as ``sinks=`` when set.
 
-    Parameters are four ``nn.Linear``: ``q_proj`` (E -> H d), ``k_proj`` (E_k -> G d),
-    ``v_proj`` (E_v -> G d), ``out_proj`` (H d -> E), and ``sinks`` (H,) (None without sinks).
+    Parameters: ``in_proj``, the q/k/v projections (:class:`~attnkit.nn.projection.InProjection`:
+    one packed weight (E + 2 G d, E) when E_k = E_v = E, as torch's ``in_proj_weight``; separate
+    weights otherwise; one packed bias), ``out_proj`` (``nn.Linear``, H d -> E), and ``sinks``
+    (H,) (None without sinks). ``load_state_dict`` also accepts the names of checkpoints written
+    before the packed layout (``q_proj``, ``k_proj``, ``v_proj``: :func:`~attnkit.nn.projection.
+    pack_legacy`).
     """
 
     def __init__(
@@ -126,16 +132,15 @@ class MultiHeadAttention(nn.Module):
         self.rotary = rotary
         self.attention_fn = default_attention if attention_fn is None else attention_fn
         kw = {"device": device, "dtype": dtype}
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
-        self.k_proj = nn.Linear(kdim, g * self.head_dim, bias=bias, **kw)
-        self.v_proj = nn.Linear(vdim, g * self.head_dim, bias=bias, **kw)
+        self.in_proj = InProjection(embed_dim, kdim, vdim, g * self.head_dim, bias, **kw)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
         self.softcap = softcap
         self.sinks = nn.Parameter(torch.zeros(num_heads, **kw)) if sinks else None
+        self.register_load_state_dict_pre_hook(_legacy_names)
 
     @property
     def bias(self) -> bool:
-        return self.q_proj.bias is not None
+        return self.in_proj.bias is not None
 
     def extra_repr(self) -> str:
         s = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
@@ -159,34 +164,6 @@ class MultiHeadAttention(nn.Module):
         return c
 
     # -----------------------------------------------------------------------------------------
-    def _check_input(self, name: str, x: object, width: int, width_name: str) -> Tensor:
-        layout = "(B, L, E)" if self.batch_first else "(L, B, E)"
-        x = tensor_checks.tensor(name, x)
-        if x.dim() != 3:
-            raise ValueError(f"{name}: expected 3 dims {layout}, got shape {tuple(x.shape)}")
-        if x.shape[-1] != width:
-            raise ValueError(
-                f"{name}: expected last dim {width_name}={width}, got shape {tuple(x.shape)}"
-            )
-        w = self.q_proj.weight
-        if x.dtype != w.dtype:
-            raise TypeError(f"{name}: expected dtype {w.dtype} like the parameters, got {x.dtype}")
-        if x.device != w.device:
-            raise ValueError(
-                f"{name}: expected device {w.device} like the parameters, got {x.device}"
-            )
-        if 0 in x.shape:
-            raise ValueError(f"{name}: expected non-empty dims, got shape {tuple(x.shape)}")
-        return x if self.batch_first else x.transpose(0, 1)
-
-    def _check_mask(self, mask: object) -> None:
-        if isinstance(mask, Tensor) and mask.dim() == 3:
-            raise ValueError(
-                f"mask: a 3-D tensor {tuple(mask.shape)} is ambiguous against (B, H, Lq, Lk); "
-                "give (Lq, Lk), (B, 1, Lq, Lk), or a per-batch mask as "
-                "attnkit.masks.from_tensor(mask) (leading dim = B)"
-            )
-
     def forward(
         self,
         query: Tensor,
@@ -238,32 +215,35 @@ class MultiHeadAttention(nn.Module):
         skip_kv = reuse and key is None
         key = query if key is None else key
         value = key if value is None else value
-        query = self._check_input("query", query, self.embed_dim, "embed_dim")
+        # which inputs are one tensor: one packed product for all three, or for k and v
+        same = (key is query and value is query, value is key)
+        w, bf = self.out_proj.weight, self.batch_first
+        query = check_input("query", query, self.embed_dim, "embed_dim", w, bf)
         b, lq, _ = query.shape
         lk = 0
         if not skip_kv:
-            key = self._check_input("key", key, self.kdim, "kdim")
-            value = self._check_input("value", value, self.vdim, "vdim")
+            key = check_input("key", key, self.kdim, "kdim", w, bf)
+            value = check_input("value", value, self.vdim, "vdim", w, bf)
             if key.shape[0] != b or value.shape[:2] != key.shape[:2]:
                 raise ValueError(
                     f"key/value: expected (B, Lk, .) with B = {b} like query and the same Lk, "
                     f"got key {tuple(key.shape)}, value {tuple(value.shape)} (batch first)"
                 )
             lk = key.shape[1]
-        self._check_mask(mask)
+        check_mask_dims(mask)
         if cache is not None:
             kv_len = None if skip_kv else lk
             cache.check(self, b, mask, kv_len=kv_len, rotary=self.rotary is not None)
             lk = cache.size if reuse else lk + (0 if cache.static else cache.size)
         # the whole mask is checked against (B, H, Lq, Lk) before any work (and before the
         # cache changes); attention_fn receives it as the caller gave it
-        self._check_mask_sizes(mask, b, lq, lk, query.device)
+        check_mask_sizes(self, mask, (b, self.num_heads), lq, lk, query.device)
 
-        q = functional.split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, d)
-        k = v = None
+        q, k, v = self._project(query, key, value, reuse, same)
+        q = functional.split_heads(q, self.num_heads)  # (B, H, Lq, d)
         if not reuse:
-            k = functional.split_heads(self.k_proj(key), self.num_kv_heads)  # (B, G, Lk_new, d)
-            v = functional.split_heads(self.v_proj(value), self.num_kv_heads)  # (B, G, Lk_new, d)
+            k = functional.split_heads(k, self.num_kv_heads)  # (B, G, Lk_new, d)
+            v = functional.split_heads(v, self.num_kv_heads)  # (B, G, Lk_new, d)
             if self.rotary is not None:
                 q_off, k_off = (0, 0) if cache is None else cache.positions()
                 q, k = self.rotary(q, k, q_off, k_off)
@@ -276,49 +256,27 @@ class MultiHeadAttention(nn.Module):
         res = self.attention_fn(
             q, k, v, mask, dropout_p=dropout_p, return_weights=return_weights, **extra
         )
-        out, weights = self._check_result(res, b, lq, lk, return_weights)
+        shape = (b, self.num_heads, lq, self.head_dim)
+        out, weights = check_result(res, shape, lk, return_weights)
         out = self.out_proj(functional.merge_heads(out))  # (B, Lq, E)
         if weights is not None and average_weights:
             weights = weights.mean(dim=1)
         return (out if self.batch_first else out.transpose(0, 1)), weights
 
-    def _check_mask_sizes(self, mask: object, b: int, lq: int, lk: int, device) -> None:
-        """``functional.check_mask`` against (B, H, Lq, Lk); skipped when this module's previous
-        call checked the same mask object (same tensor version) at the same sizes."""
-        if mask is None:
-            return
-        counter = tensor_version.version(mask) if isinstance(mask, Tensor) else -1
-        version = False if counter is None else counter  # inference tensor: check every time
-        key = (id(mask), version, b, lq, lk, device)
-        last = _CHECKED_MASK.get(self)
-        if last is not None and last[0] == key and last[1]() is mask:
-            return
-        functional.check_mask(mask, (b, self.num_heads), lq, lk, device)
-        if version is not False:
-            try:
-                _CHECKED_MASK[self] = (key, weakref.ref(mask))
-            except TypeError:  # not weak-referenceable: check every time
-                pass
-
-    def _check_result(
-        self, res: object, b: int, lq: int, lk: int, return_weights: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        """attention_fn's (out (B, H, Lq, d), weights (B, H, Lq, Lk) or None), or ValueError."""
-        h = self.num_heads
-        out, weights = res if isinstance(res, tuple) and len(res) == 2 else (None, None)
-        if not isinstance(out, Tensor) or out.shape != (b, h, lq, self.head_dim):
-            got = tuple(out.shape) if isinstance(out, Tensor) else type(res).__name__
-            raise ValueError(
-                f"attention_fn: expected to return (out, weights) with out of shape "
-                f"(B, H, Lq, d) = {(b, h, lq, self.head_dim)}, got {got}"
-            )
-        if return_weights and (not isinstance(weights, Tensor) or weights.shape != (b, h, lq, lk)):
-            got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
-            raise ValueError(
-                f"attention_fn: expected weights of shape (B, H, Lq, Lk) = {(b, h, lq, lk)} "
-                f"with return_weights=True, got {got}"
-            )
-        return out, weights if return_weights else None
+    def _project(
+        self, query: Tensor, key: Tensor, value: Tensor, reuse: bool, same: tuple[bool, bool]
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """(q (B, Lq, E), k (B, Lk, G d), v) with as few products as the inputs allow: one for
+        self-attention, two when key is value (cross-attention), three otherwise; k and v None
+        when a filled static cache holds them."""
+        p = self.in_proj
+        if reuse:
+            return p.q(query), None, None
+        if same[0]:
+            return p.qkv(query)
+        if same[1]:
+            return (p.q(query), *p.kv(key))
+        return p.q(query), p.k(key), p.v(value)
 
     # -----------------------------------------------------------------------------------------
     @classmethod
@@ -352,24 +310,26 @@ class MultiHeadAttention(nn.Module):
             device=w0.device,
             dtype=w0.dtype,
         )
-        e = m.embed_dim
-        if m._qkv_same_embed_dim:
-            wq, wk, wv = m.in_proj_weight.detach().split(e, dim=0)
-        else:
-            wq, wk, wv = (t.detach() for t in (m.q_proj_weight, m.k_proj_weight, m.v_proj_weight))
         with torch.no_grad():
-            new.q_proj.weight.copy_(wq)
-            new.k_proj.weight.copy_(wk)
-            new.v_proj.weight.copy_(wv)
-            new.out_proj.weight.copy_(m.out_proj.weight)
-            if m.in_proj_bias is not None:
-                bq, bk, bv = m.in_proj_bias.detach().split(e, dim=0)
-                new.q_proj.bias.copy_(bq)
-                new.k_proj.bias.copy_(bk)
-                new.v_proj.bias.copy_(bv)
-                new.out_proj.bias.copy_(m.out_proj.bias)
+            for ours, theirs in new.torch_pairs(m):
+                ours.copy_(theirs)
         new.train(m.training)
         return new
+
+    def torch_pairs(self, m: nn.MultiheadAttention) -> list[tuple[Tensor, Tensor]]:
+        """(our parameter, ``m``'s) for every parameter of a ``torch.nn.MultiheadAttention``
+        of the same sizes and biases: the layouts agree (packed ``in_proj_weight`` when
+        kdim == vdim == embed_dim, else ``q/k/v_proj_weight``; one packed bias)."""
+        p = self.in_proj
+        if p.packed:
+            pairs = [(p.weight, m.in_proj_weight)]
+        else:
+            pairs = [(p.q_weight, m.q_proj_weight), (p.k_weight, m.k_proj_weight)]
+            pairs.append((p.v_weight, m.v_proj_weight))
+        pairs.append((self.out_proj.weight, m.out_proj.weight))
+        if self.bias:
+            pairs += [(p.bias, m.in_proj_bias), (self.out_proj.bias, m.out_proj.bias)]
+        return pairs
 
     def to_torch(self) -> nn.MultiheadAttention:
         """The equivalent ``torch.nn.MultiheadAttention`` (same weights). Only for
@@ -389,7 +349,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 "attention_fn: torch.nn.MultiheadAttention has no custom attention function"
             )
-        w0 = self.q_proj.weight
+        w0 = self.out_proj.weight
         m = nn.MultiheadAttention(
             self.embed_dim,
             self.num_heads,
@@ -402,17 +362,13 @@ class MultiHeadAttention(nn.Module):
             dtype=w0.dtype,
         )
         with torch.no_grad():
-            ws = [p.weight for p in (self.q_proj, self.k_proj, self.v_proj)]
-            if m._qkv_same_embed_dim:
-                m.in_proj_weight.copy_(torch.cat(ws, dim=0))
-            else:
-                m.q_proj_weight.copy_(ws[0])
-                m.k_proj_weight.copy_(ws[1])
-                m.v_proj_weight.copy_(ws[2])
-            m.out_proj.weight.copy_(self.out_proj.weight)
-            if self.bias:
-                bs = [p.bias for p in (self.q_proj, self.k_proj, self.v_proj)]
-                m.in_proj_bias.copy_(torch.cat(bs, dim=0))
-                m.out_proj.bias.copy_(self.out_proj.bias)
+            for ours, theirs in self.torch_pairs(m):
+                theirs.copy_(ours)
         m.train(self.training)
         return m
+
+
+def _legacy_names(module: nn.Module, state: dict, prefix: str, *_args: object) -> None:
+    """load_state_dict pre-hook: the separate q/k/v names of older checkpoints packed
+    (:func:`~attnkit.nn.projection.pack_legacy`)."""
+    pack_legacy(state, prefix)

@@ -28,6 +28,7 @@ from attnkit.masks import Mask
 from attnkit.nn.cache import DecoderCache
 from attnkit.nn.decoder import TransformerDecoder, TransformerDecoderLayer
 from attnkit.nn.encoder import TransformerEncoder, TransformerEncoderLayer
+from attnkit.nn.projection import InProjection
 from attnkit.nn.transformer_parts import batch_len, check_attn_mask, check_same_batch, layer_args
 
 __all__ = [
@@ -95,8 +96,13 @@ class Transformer(nn.Module):
             nn.LayerNorm(d_model, eps=eps, bias=bias, **kw),
         )
         self.d_model, self.nhead, self.batch_first = d_model, a["nhead"], a["batch_first"]
+        packed = {
+            id(m.weight): m for m in self.modules() if isinstance(m, InProjection) and m.packed
+        }
         for p in self.parameters():
-            if p.dim() > 1:
+            if id(p) in packed:  # q, k, v blocks each as its own matrix
+                packed[id(p)].xavier_()
+            elif p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
     def encode(self, src: Tensor, src_mask: MaskLike = None) -> Tensor:

@@ -20,11 +20,13 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from attnkit.models.hf_loading import first, read_header
+from attnkit.nn.projection import pack_legacy
 from attnkit.train import tokenizer as tk
 from attnkit.train.best import Best
 from attnkit.train.checkpoint import FORMAT, CheckpointError, find_checkpoint, read_json, verify
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import rank_seed
+from attnkit.train.legacy_state import pack_optimizer_state
 from attnkit.train.state import set_rng_state, torch_rng_key
 from attnkit.train.tasks import build_model
 
@@ -129,6 +131,8 @@ class Loaded:
     model_config: dict
     train_config: TrainConfig
     best: Best | None = None
+    separate_qkv: bool = False
+    """Written before the packed in-projection: its optimiser state is packed when read."""
 
     def describe(self) -> str:
         """Which checkpoint this is, for the user: ``runs/fra/best (the best checkpoint so far:
@@ -152,7 +156,15 @@ class Loaded:
             tensors = st.load_file(str(f))
         except Exception as e:  # safetensors raises its own error type
             raise CheckpointError(f"{f}: corrupted checkpoint file ({e})") from None
-        return tensors, read_json(self.path / "state.json")
+        state = read_json(self.path / "state.json")
+        if self.separate_qkv and isinstance(state.get("optimizer"), dict):
+            try:
+                tensors, state["optimizer"] = pack_optimizer_state(
+                    self.model, tensors, state["optimizer"]
+                )
+            except (KeyError, ValueError, RuntimeError, IndexError) as e:
+                raise CheckpointError(f"{f}: unusable optimiser state ({e})") from None
+        return tensors, state
 
 
 def _check_weights_fit(kind: str, model_cfg: dict, weights: Path, cfg_path: Path) -> None:
@@ -176,6 +188,7 @@ def _check_weights_fit(kind: str, model_cfg: dict, weights: Path, cfg_path: Path
         raise CheckpointError(f"{weights}: corrupted metadata (aliases is not an object)")
     shapes = {k: shape for k, (shape, _) in header.items()}
     shapes.update({k: shapes[v] for k, v in aliases.items() if v in shapes})
+    shapes = _packed_shapes(shapes)
     bad = [
         f"{k} {shapes[k]} (expected {v})"
         for k, v in expected.items()
@@ -190,6 +203,15 @@ def _check_weights_fit(kind: str, model_cfg: dict, weights: Path, cfg_path: Path
         raise CheckpointError(
             f"{weights}: weights do not match config.json: " + "; ".join(problems)
         )
+
+
+def _packed_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The shapes of a checkpoint's weights under today's names: checkpoints written before
+    the packed in-projection hold q/k/v apart (``MultiHeadAttention`` packs them when loading,
+    :func:`attnkit.nn.projection.pack_legacy`)."""
+    meta = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
+    pack_legacy(meta)
+    return {k: tuple(t.shape) for k, t in meta.items()}
 
 
 def load(path: str | Path, *, best: bool = False) -> Loaded:
@@ -229,7 +251,8 @@ def load(path: str | Path, *, best: bool = False) -> Loaded:
     if (ckpt / BEST_RECORD).is_file():
         saved = read_json(ckpt / BEST_RECORD)
         record = Best.from_dict(saved, str(saved.get("metric")))
-    return Loaded(ckpt, cfg["kind"], step, model, tok, cfg["model"], train_config, record)
+    old = any(k.endswith("q_proj.weight") for k in read_header(ckpt / "model.safetensors"))
+    return Loaded(ckpt, cfg["kind"], step, model, tok, cfg["model"], train_config, record, old)
 
 
 def read_train_config(path: str | Path) -> TrainConfig:
