@@ -8,9 +8,11 @@ single exact pass, both max|x| (when below the inf pattern) and whether any entr
 +-inf (at or above it). Integer max has no NaN semantics or rounding to respect, so LLVM
 vectorises the loop (``vpmaxsd``) without fast-math flags.
 
-Each kernel takes the address of the first element and the element count of a block that the
-caller has proved to be exactly the tensor's distinct entries (contiguous in storage order, see
-:func:`attnkit.kernels.scan.dense_span`); the caller keeps the tensor alive during the call.
+Each kernel takes a run layout that the caller has proved to hold exactly the tensor's distinct
+entries (:func:`attnkit.kernels.scan.row_span`): ``rows`` runs of ``width`` contiguous elements,
+run ``r`` starting ``r * stride`` elements after ``address`` (one dense block: ``rows = 1``;
+the q, k or v slice of a packed in-projection's output: one run per token). The caller keeps the
+tensor alive during the call.
 
 This module imports numba; attnkit loads it only through
 :func:`attnkit.kernels.numba_runtime.load_kernels` (on-disk cache of compiled code).
@@ -34,51 +36,70 @@ __all__ = [
 
 
 @njit(cache=True, nogil=True)
-def absmax_bits16(address: int, n: int) -> int:
-    """max over i < n of (bits_i & 0x7FFF) for n int16 words at ``address`` (float16/bfloat16)."""
-    a = carray(pointer_i16(address), n)
+def absmax_bits16(address: int, width: int, rows: int, stride: int) -> int:
+    """max of (bits & 0x7FFF) over ``rows`` runs of ``width`` int16 words at ``address``, run
+    ``r`` at element ``r * stride`` (float16/bfloat16)."""
+    a = carray(pointer_i16(address), (rows - 1) * stride + width)
     low = np.int16(0x7FFF)
     m = np.int16(0)
-    for i in range(n):
-        m = np.int16(max(m, np.int16(a[i] & low)))
+    for r in range(rows):
+        o = r * stride
+        for i in range(width):
+            m = np.int16(max(m, np.int16(a[o + i] & low)))
     return m
 
 
 @njit(cache=True, nogil=True)
-def absmax_bits32(address: int, n: int) -> int:
-    """max over i < n of (bits_i & 0x7FFFFFFF) for n int32 words at ``address`` (float32)."""
-    a = carray(pointer_i32(address), n)
+def absmax_bits32(address: int, width: int, rows: int, stride: int) -> int:
+    """:func:`absmax_bits16` for int32 words (float32): max of (bits & 0x7FFFFFFF)."""
+    a = carray(pointer_i32(address), (rows - 1) * stride + width)
     low = np.int32(0x7FFFFFFF)
     m = np.int32(0)
-    for i in range(n):
-        m = np.int32(max(m, np.int32(a[i] & low)))
+    for r in range(rows):
+        o = r * stride
+        for i in range(width):
+            m = np.int32(max(m, np.int32(a[o + i] & low)))
     return m
 
 
 @njit(cache=True, nogil=True)
-def absmax_bits64(address: int, n: int) -> int:
-    """max over i < n of (bits_i & 0x7FFF...F) for n int64 words at ``address`` (float64)."""
-    a = carray(pointer_i64(address), n)
+def absmax_bits64(address: int, width: int, rows: int, stride: int) -> int:
+    """:func:`absmax_bits16` for int64 words (float64): max of (bits & 0x7FFF...F)."""
+    a = carray(pointer_i64(address), (rows - 1) * stride + width)
     low = np.int64(0x7FFFFFFFFFFFFFFF)
     m = np.int64(0)
-    for i in range(n):
-        m = np.int64(max(m, np.int64(a[i] & low)))
+    for r in range(rows):
+        o = r * stride
+        for i in range(width):
+            m = np.int64(max(m, np.int64(a[o + i] & low)))
     return m
 
 
 @njit(cache=True, nogil=True)
-def absmax3_bits16(a0: int, n0: int, a1: int, n1: int, a2: int, n2: int) -> tuple:
-    """:func:`absmax_bits16` of three blocks in one call."""
-    return absmax_bits16(a0, n0), absmax_bits16(a1, n1), absmax_bits16(a2, n2)
+def absmax3_bits16(a0, w0, r0, s0, a1, w1, r1, s1, a2, w2, r2, s2) -> tuple:
+    """:func:`absmax_bits16` of three run layouts in one call."""
+    return (
+        absmax_bits16(a0, w0, r0, s0),
+        absmax_bits16(a1, w1, r1, s1),
+        absmax_bits16(a2, w2, r2, s2),
+    )
 
 
 @njit(cache=True, nogil=True)
-def absmax3_bits32(a0: int, n0: int, a1: int, n1: int, a2: int, n2: int) -> tuple:
-    """:func:`absmax_bits32` of three blocks in one call."""
-    return absmax_bits32(a0, n0), absmax_bits32(a1, n1), absmax_bits32(a2, n2)
+def absmax3_bits32(a0, w0, r0, s0, a1, w1, r1, s1, a2, w2, r2, s2) -> tuple:
+    """:func:`absmax_bits32` of three run layouts in one call."""
+    return (
+        absmax_bits32(a0, w0, r0, s0),
+        absmax_bits32(a1, w1, r1, s1),
+        absmax_bits32(a2, w2, r2, s2),
+    )
 
 
 @njit(cache=True, nogil=True)
-def absmax3_bits64(a0: int, n0: int, a1: int, n1: int, a2: int, n2: int) -> tuple:
-    """:func:`absmax_bits64` of three blocks in one call."""
-    return absmax_bits64(a0, n0), absmax_bits64(a1, n1), absmax_bits64(a2, n2)
+def absmax3_bits64(a0, w0, r0, s0, a1, w1, r1, s1, a2, w2, r2, s2) -> tuple:
+    """:func:`absmax_bits64` of three run layouts in one call."""
+    return (
+        absmax_bits64(a0, w0, r0, s0),
+        absmax_bits64(a1, w1, r1, s1),
+        absmax_bits64(a2, w2, r2, s2),
+    )

@@ -9,7 +9,8 @@ Two implementations that return the same float for every tensor:
   (:mod:`attnkit.kernels.absmax_kernels`, numba, one call, single pass, no temporaries; the
   module docstring there says why this is exact). Only for CPU tensors whose distinct entries
   form one dense block in memory (:func:`dense_span`: contiguous, any permutation of dims,
-  expanded dims, storage offsets); None otherwise.
+  expanded dims, storage offsets), or equal runs at a fixed stride (:func:`row_span`: the q, k
+  or v slice of a packed in-projection's output, one run per token); None otherwise.
 
 :func:`absmax` takes the second when it applies. At attention's per-call sizes the torch
 reduction costs a dispatch, a temporary and, above 32k entries, a wake-up of torch's thread
@@ -43,6 +44,7 @@ from attnkit.kernels.tuning import DEFAULT, current
 
 __all__ = [
     "ScanPlan",
+    "Span",
     "absmax",
     "absmax3",
     "absmax_bits",
@@ -50,6 +52,7 @@ __all__ = [
     "dense_span",
     "kernels_status",
     "plan3",
+    "row_span",
 ]
 
 THREADED_MIN = DEFAULT.scan_threaded_min
@@ -112,6 +115,45 @@ def dense_span(t: Tensor) -> int | None:
     return span
 
 
+@dataclass(frozen=True)
+class Span:
+    """Where a tensor's distinct entries lie, from ``t.data_ptr()``, in elements: ``rows`` runs
+    of ``width`` contiguous entries, run ``r`` starting at ``r * stride`` (``rows == 1``: one
+    dense block of ``width`` entries)."""
+
+    width: int
+    rows: int
+    stride: int
+
+
+def row_span(t: Tensor) -> Span | None:
+    """The :class:`Span` that holds exactly ``t``'s distinct entries; None when there is none.
+
+    Dims of size 1 or stride 0 (expanded) repeat entries and are left out; the others, sorted
+    by stride, must tile one dense run (the smallest stride 1, each next one the product of the
+    sizes below it), then the remaining ones one regular lattice of runs (the first stride past
+    the run's width, each next one the product of the sizes since). The q slice of a packed
+    ``(B, L, 3E)`` projection seen as ``(B, H, L, d)``: ``B * L`` runs of ``E`` at stride ``3E``.
+    """
+    if t.is_contiguous():
+        return Span(t.numel(), 1, t.numel())
+    dims = sorted((st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n > 1 and st > 0)
+    width, i = 1, 0
+    while i < len(dims) and dims[i][0] == width:
+        width *= dims[i][1]
+        i += 1
+    if i == len(dims):
+        return Span(width, 1, width)
+    stride, rows = dims[i]
+    if stride < width:
+        return None  # runs would overlap: entries that repeat, not a lattice
+    for st, n in dims[i + 1 :]:
+        if st != stride * rows:
+            return None
+        rows *= n
+    return Span(width, rows, stride)
+
+
 def kernels_status() -> str:
     """Whether this process has paid the bit scan's one-time cost: ``"ready"`` (numba's kernels
     are loaded and compiled), ``"unavailable"`` (numba is not usable: the torch scan serves every
@@ -137,11 +179,11 @@ def _kernels() -> ModuleType | None:
         )
         if kern is not None:
             buf = torch.zeros(1, dtype=torch.float64)  # 8 bytes: one entry of every width
-            a = buf.data_ptr()
+            one_entry = (buf.data_ptr(), 1, 1, 1)
             for one in (kern.absmax_bits16, kern.absmax_bits32, kern.absmax_bits64):
-                one(a, 1)
+                one(*one_entry)
             for three in (kern.absmax3_bits16, kern.absmax3_bits32, kern.absmax3_bits64):
-                three(a, 1, a, 1, a, 1)
+                three(*one_entry, *one_entry, *one_entry)
             _state["ready"] = kern
         _state["kernels"] = kern
     return _state["kernels"]  # type: ignore[return-value]
@@ -161,18 +203,18 @@ def _from_bits(m: int, dtype: torch.dtype) -> float:
     return _F32.unpack(_I32.pack(m << 16))[0]  # bfloat16: the top half of a float32
 
 
-def _block(t: Tensor) -> tuple[int, int] | None:
-    """(address, count) of ``t``'s dense block (:func:`dense_span`) when the bit scan can read
-    ``t``, else None."""
+def _block(t: Tensor) -> tuple[int, int, int, int] | None:
+    """(address, width, rows, stride) of ``t``'s runs (:func:`row_span`) when the bit scan can
+    read ``t``, else None."""
     if type(t) not in _PLAIN or t.dtype not in _INF_BITS or not t.is_cpu:
         return None
     if t.layout != torch.strided:
         return None
-    n = t.numel() if t.is_contiguous() else dense_span(t)
-    if n is None:
+    span = row_span(t)
+    if span is None:
         return None
     try:
-        return t.data_ptr(), n
+        return t.data_ptr(), span.width, span.rows, span.stride
     except RuntimeError:  # no storage: a functorch-wrapped tensor (torch.func.grad, vmap)
         return None
 
@@ -180,7 +222,8 @@ def _block(t: Tensor) -> tuple[int, int] | None:
 def absmax_bits(t: Tensor) -> float | None:
     """max|t| as :func:`absmax_torch` gives it, from one integer max over the bit patterns of
     its entries; None when ``t`` is not a strided CPU tensor of a float dtype whose entries form
-    one dense block, or numba is not usable."""
+    one dense block or equal runs at a fixed stride (:func:`row_span`), or numba is not
+    usable."""
     block = _block(t)
     kern = None if block is None else _kernels()
     if kern is None:
@@ -192,8 +235,8 @@ def absmax_bits(t: Tensor) -> float | None:
 
 @dataclass(frozen=True)
 class ScanPlan:
-    """What the bit scan reads of a call signature's q, k and v: the entry counts of their
-    dense blocks (:func:`dense_span`), each read from the tensor's ``data_ptr()``.
+    """What the bit scan reads of a call signature's q, k and v: their runs (:func:`row_span`),
+    each read from the tensor's ``data_ptr()``.
 
     It depends only on what a call signature of :mod:`attnkit.kernels.dispatch` fixes (tensor
     type, dtype, device, shape, strides): dispatch remembers it with the choice
@@ -201,9 +244,9 @@ class ScanPlan:
     (``call.memo.scan_plan``), so :func:`absmax3` skips these checks on repeated signatures.
     """
 
-    q: int
-    k: int
-    v: int
+    q: Span
+    k: Span
+    v: Span
 
 
 def plan3(q: Tensor, k: Tensor, v: Tensor) -> ScanPlan | None:
@@ -214,7 +257,7 @@ def plan3(q: Tensor, k: Tensor, v: Tensor) -> ScanPlan | None:
     bq, bk, bv = _block(q), _block(k), _block(v)
     if bq is None or bk is None or bv is None:
         return None
-    return ScanPlan(bq[1], bk[1], bv[1])
+    return ScanPlan(Span(*bq[1:]), Span(*bk[1:]), Span(*bv[1:]))
 
 
 def absmax3(q: Tensor, k: Tensor, v: Tensor, plan: ScanPlan | None = None) -> tuple:
@@ -229,12 +272,16 @@ def absmax3(q: Tensor, k: Tensor, v: Tensor, plan: ScanPlan | None = None) -> tu
         return absmax_torch(q), absmax_torch(k), absmax_torch(v)
     kern = _state.get("ready")
     if kern is not None and plan is not None and q.dtype is _FLOAT32:
-        nq, nk, nv = plan.q, plan.k, plan.v
+        sq, sk, sv = plan.q, plan.k, plan.v
         try:
             ptrs = q.data_ptr(), k.data_ptr(), v.data_ptr()
         except RuntimeError:  # no storage (functorch-wrapped tensors of the same signature)
             return _absmax3(q, k, v)
-        m = kern.absmax3_bits32(ptrs[0], nq, ptrs[1], nk, ptrs[2], nv)
+        m = kern.absmax3_bits32(
+            ptrs[0], sq.width, sq.rows, sq.stride,
+            ptrs[1], sk.width, sk.rows, sk.stride,
+            ptrs[2], sv.width, sv.rows, sv.stride,
+        )  # fmt: skip
         return _F32x3.unpack(_I32x3.pack(*m))  # inf / nan patterns included
     return _absmax3(q, k, v)
 
