@@ -261,6 +261,7 @@ def _train(
                 state=state,
                 heldout=[list(x) if isinstance(x, tuple) else x for x in data.heldout],
                 train_sample=[list(x) if isinstance(x, tuple) else x for x in data.train_sample],
+                characters=data.characters,
             )
             | extra
         )
