@@ -116,6 +116,9 @@ def load_model(path: str | Path, *, name: str | None = None) -> LoadedModel:
         raise ValueError(f"model: {path / 'config.json'}: {' '.join(str(e).split())}") from None
     kind = "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "encoder"
     auto = tf.AutoModelForSeq2SeqLM if kind == "encoder-decoder" else tf.AutoModel
+    archs = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForCausalLM") for a in archs):  # PegasusForCausalLM: the decoder alone
+        kind, auto = "decoder", tf.AutoModelForCausalLM  # (its config says encoder-decoder)
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (ValueError, OSError, TypeError) as e:
