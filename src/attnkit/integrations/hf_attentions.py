@@ -125,6 +125,7 @@ def load_model(path: str | Path, *, name: str | None = None) -> LoadedModel:
         raise FileNotFoundError(
             f"model: {str(path)!r}: no usable tokenizer ({' '.join(str(e).split())[:200]})"
         ) from None
+    _check_weights_fit(auto, config, path)
     model = auto.from_pretrained(
         path,
         attn_implementation=impl,
@@ -135,6 +136,19 @@ def load_model(path: str | Path, *, name: str | None = None) -> LoadedModel:
     if kind == "encoder" and _is_causal_lm(tf, config):
         kind = "decoder"
     return LoadedModel(model, tokenizer, name or path.resolve().name, kind)
+
+
+def _check_weights_fit(auto: Any, config: Any, path: Path) -> None:
+    """The model that ``config`` describes, built on the meta device (shapes only, no memory),
+    against the safetensors headers of ``path``: ValueError naming a mismatch before anything
+    is built (:func:`attnkit.models.hf_loading.check_shapes`)."""
+    from attnkit.models.hf_loading import check_shapes
+
+    with torch.device("meta"):
+        shell = auto.from_config(config, trust_remote_code=False)
+    expected = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
+    prefix = getattr(shell, "base_model_prefix", "") or ""
+    check_shapes(path, expected, (f"{prefix}.",) if prefix else ())
 
 
 def _is_causal_lm(tf: Any, config: Any) -> bool:
