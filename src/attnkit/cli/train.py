@@ -305,7 +305,8 @@ def _summary(log: Path) -> None:
     rows = [json.loads(s) for s in log.read_text().splitlines() if '"val_loss"' in s]
     if rows:
         r = rows[-1]
-        parts = [f"held-out loss {r['val_loss']:.4f}"]
+        how = f" (estimate, {r['val_batches']} batches)" if "val_batches" in r else ""
+        parts = [f"held-out loss{how} {r['val_loss']:.4f}"]
         if "val_exact" in r:
             parts.append(f"exact match (greedy) {r['val_exact']:.4f}")
         if "val_ppl" in r:

@@ -68,6 +68,7 @@ class TaskData:
     pack: PackSpec | None = None
     stream: StreamWindows | None = None
     characters: str = ""  # issue 31: every character of the training texts, sorted
+    heldout_ids: np.ndarray | None = None  # a stream run: the held-out tail's ids (--eval-batches)
 
 
 SAMPLE_CHARS = 100_000
@@ -85,7 +86,8 @@ def _prepare_stream(c: TrainConfig, tokenizer: Tokenizer | None) -> TaskData:
         raise DataError(f"{c.data}: {e}") from None
     sample = part.train[-min(len(part.valid), SAMPLE_CHARS) :]
     chars = tk.characters([part.train])
-    return TaskData("lm", tok, windows, [part.valid], [sample], None, windows, chars)
+    held = np.array(tk.encode(tok, part.valid), dtype=np.int64)
+    return TaskData("lm", tok, windows, [part.valid], [sample], None, windows, chars, held)
 
 
 def seq2seq_example(tok: Tokenizer, src: str, tgt: str) -> tuple[list[int], list[int]]:
