@@ -26,6 +26,8 @@ examples:
       sampled as nanoGPT's sample.py: temperature 0.8 among the 200 likeliest tokens
   attnkit generate --ckpt runs/lm --prompt "ROMEO:" --max-new-tokens 30 --temperature 0
       greedy: the likeliest token each time
+  attnkit generate --ckpt runs/lm --prompt "ROMEO:" --view gen.html
+      also writes the self-attention on the prompt and the generated text as HTML
   attnkit generate --ckpt runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 \\
       --temperature 0.8 --top-p 0.95
 """
@@ -64,6 +66,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=None, help="sample among the likeliest "
                    "tokens whose probabilities add up to P (nucleus sampling)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler (0)")
+    p.add_argument(
+        "--view",
+        metavar="FILE.html",
+        help="also write the model's self-attention on the prompt and the generated text "
+        "(every layer and head; the last --block-size tokens) as one offline HTML file",
+    )
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -90,6 +98,10 @@ def _run(ns: argparse.Namespace) -> int:
     }
     with option_names(names):
         _check_options(ns)
+    if ns.view is not None:  # before any work, as translate --view
+        from attnkit.viz.weights import check_output_path
+
+        check_output_path("--view", ns.view, (".html", ".htm"))
     loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":
         raise UsageError(
@@ -138,7 +150,28 @@ def _run(ns: argparse.Namespace) -> int:
                 out.flush()
                 shown = text
         out.write(_safe(tk.decode(tok, enc.ids + new)[len(head) :][len(shown) :]) + "\n")
+    if ns.view is not None:
+        _write_view(loaded, enc.ids + new, c.block_size, ns.view)
     return 0
+
+
+def _write_view(loaded, ids: list[int], block: int, path: str) -> None:
+    """The model's self-attention on the last ``block`` tokens of ``ids`` (prompt and
+    generated text) as one HTML file, as ``attnkit translate --view`` writes its page."""
+    from attnkit.cli.own_attentions import lm_sections
+    from attnkit.viz import html
+
+    section, tokens = lm_sections(loaded, ids[-block:])
+    cut = "" if len(ids) <= block else f" (its last {block} tokens, the training window)"
+    page = html.render(
+        section.weights,
+        tokens,
+        tokens,
+        title=f"self-attention: {loaded.path}{cut}",
+        note=section.note,
+    )
+    html.save(page, path)
+    print(f"wrote {one_line(path)} (self-attention, {len(tokens)} tokens{cut})", file=sys.stderr)
 
 
 def _check_options(ns: argparse.Namespace) -> None:
