@@ -29,9 +29,14 @@ def is_run(path: Path) -> bool:
 
 def load(path: Path) -> Any:
     """The run's best checkpoint (else its last) as a :class:`~attnkit.train.session.Loaded`."""
+    import sys
+
+    from attnkit.cli.common import one_line
     from attnkit.train import session
 
-    return session.load(path, best=True)
+    loaded = session.load(path, best=True)
+    print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)  # as generate says
+    return loaded
 
 
 def _shown(tok: Any, ids: list[int]) -> list[str]:

@@ -97,7 +97,8 @@ LM_LR = 4e-3
 """The lm task's peak learning rate with a cosine or constant schedule (``BEST``; others 1e-3)."""
 
 LM_STEPS = 5000
-"""``attnkit train --task lm`` without --max-steps: the cosine schedule's length (nanoGPT's
+"""The lm task's ``max_steps`` when neither it nor ``max_minutes`` is given (and always in
+``attnkit train --task lm`` without --max-steps): the cosine schedule's length (nanoGPT's
 shakespeare_char ``max_iters``)."""
 
 
@@ -211,6 +212,11 @@ class TrainConfig:
         for k, v in TASK_DEFAULTS[c.task].items():
             if getattr(c, k) is None:
                 setattr(c, k, v)
+        for k, v in (LM_RECIPE if c.task == "lm" else SEQ2SEQ_RECIPE).items():
+            if getattr(c, k) is None:  # issue 31: the lm recipe, or seed 003's
+                setattr(c, k, v)
+        if c.schedule == "cosine" and c.task == "lm" and c.max_steps is c.max_minutes is None:
+            c.max_steps = LM_STEPS  # the cosine schedule's length
         if c.min_length is None:  # variable lengths: decoding shorter inputs stays in range
             c.min_length = max(1, c.length // 2)
         if c.max_len is not None and positive_int("max_len", c.max_len) and c.task == "lm":
@@ -324,9 +330,6 @@ class TrainConfig:
 
 def _resolve_lm_recipe(c: TrainConfig) -> None:
     """Fill the language-model recipe's defaults in place (see :class:`TrainConfig`)."""
-    for k, v in (LM_RECIPE if c.task == "lm" else SEQ2SEQ_RECIPE).items():
-        if getattr(c, k) is None:
-            setattr(c, k, v)
     if c.lines is None:
         c.lines = c.task != "lm" or c.pack is True  # packing keeps lines as documents
     if c.valid_fraction is None:

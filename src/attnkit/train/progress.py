@@ -123,12 +123,12 @@ class Progress:
             f"elapsed {elapsed}  ETA {eta}{val}"
         )
 
-    def _eval_share(self) -> str:
+    def _eval_share(self, sep: str = " ") -> str:
         """``  eval 12% of time``: the evaluations' share of the run's wall time so far."""
         elapsed = time.monotonic() - self.t0
         if not self.eval_s or elapsed <= 0:
             return ""
-        return f"  eval {100 * self.eval_s / elapsed:.0f}% of time"
+        return f"{sep} eval {100 * self.eval_s / elapsed:.0f}% of time"
 
     def evaluated(self, row: dict, note: str) -> None:
         """After an evaluation ``row`` (``step``, ``val_loss``, ``eval_s``, ...); ``note`` e.g.
@@ -137,19 +137,16 @@ class Progress:
         self.eval_s += row.get("eval_s", 0.0)
         if self.mode != "lines":
             return
-        how = (
-            f" (estimate, {row['val_batches']} batches)"
-            if "val_batches" in row
-            else " (whole held-out split)"
-        )
-        cost = f"  {row['eval_s']:.2f} s{self._eval_share()}" if "eval_s" in row else ""
         extra = "".join(
             f"  {name} {row[key]:.4f}"
             for key, name in (("val_exact", "exact"), ("val_bleu", "BLEU"), ("val_ppl", "ppl"))
             if key in row
         )
+        how = f"estimate, {row['val_batches']} batches" if "val_batches" in row else "whole split"
+        cost = f", {row['eval_s']:.2f} s{self._eval_share(',')}" if "eval_s" in row else ""
         self.echo(
-            f"step {self._of(row['step'])}  val loss {row['val_loss']:.4f}{how}{extra}{cost}{note}"
+            f"step {self._of(row['step'])}  val loss {row['val_loss']:.4f}{extra}  "
+            f"({how}{cost}){note}"
         )
 
     def close(self) -> None:
