@@ -115,3 +115,13 @@ def test_eval_batches_estimates_without_touching_training(tmp_path):
     assert abs(exact - est[-1]["val_loss"]) > 1e-9  # an estimate, not the full split
     code = main(["evaluate", "--ckpt", str(tmp_path / "est" / "step-00000004")])
     assert code == 0  # evaluate scores the whole held-out split
+    # best/ on the whole split when asked: scored when the estimate beats the best so far
+    train(TrainConfig(**base, eval_batches=2, best_metric="exact"), tmp_path / "both", echo=quiet)
+    rows = [json.loads(s) for s in (tmp_path / "both" / "log.jsonl").read_text().splitlines()]
+    full = {r["step"]: r["val_loss"] for r in logs["exact"] if "val_loss" in r}
+    scored = {r["step"]: r["val_loss_exact"] for r in rows if "val_loss_exact" in r}
+    assert 2 in scored  # the first evaluation has nothing to beat
+    for step, value in scored.items():  # the same model as the exact run's at that step
+        assert abs(value - full[step]) <= 1e-9
+    record = json.loads((tmp_path / "both" / "best" / "best.json").read_text())
+    assert record["metric"] == "exact" and record["value"] == min(scored.values())

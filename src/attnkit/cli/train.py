@@ -155,7 +155,9 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     # issue 21: best/ and early stopping
     "--best-metric": (
         "best_metric",
-        dict(choices=("loss", "bleu"), help="what makes RUN/best: held-out loss (default) or BLEU"),
+        dict(choices=("loss", "bleu", "exact"), help="what makes RUN/best: held-out loss "
+             "(default; with --eval-batches its estimate), BLEU, or exact: the loss over the "
+             "whole held-out split, scored when the estimate beats the best so far"),
     ),
     "--early-stop": (
         "early_stop",

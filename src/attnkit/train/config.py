@@ -133,7 +133,9 @@ class TrainConfig:
     accumulates gradients over ``accumulate`` micro-batches of ``batch_size`` per process, so a
     step sees processes x accumulate x batch_size sequences; ``dist_timeout`` seconds bound
     every wait for another process.
-    Best checkpoint: ``best_metric`` ("loss": lowest held-out loss; "bleu": highest held-out
+    Best checkpoint: ``best_metric`` ("loss": lowest held-out loss, the estimate with
+    ``eval_batches``; "exact": lowest loss over the whole held-out split, scored when the
+    estimate is below the best whole-split loss so far; "bleu": highest held-out
     BLEU, encoder-decoder tasks) decides ``best/``; ``early_stop`` N stops after N evaluations
     in a row without improvement (None = never).
     Language models (issue 20): ``lines`` False (the default for lm, unless ``pack``) reads the
@@ -284,7 +286,7 @@ class TrainConfig:
                 f"checkpoint: activation checkpointing is for the lm task, got task {self.task!r}"
             )
         positive_float("dist_timeout", self.dist_timeout)
-        choice("best_metric", self.best_metric, ("loss", "bleu"))
+        choice("best_metric", self.best_metric, ("loss", "bleu", "exact"))
         if self.best_metric == "bleu" and self.task == "lm":
             raise ValueError("best_metric: BLEU needs an encoder-decoder task, got task 'lm'")
         if self.early_stop is not None:

@@ -41,6 +41,7 @@ CSV_COLUMNS = (
     "val_exact",
     "val_bleu",
     "eval_s",
+    "val_loss_exact",
 )
 """The columns of ``metrics.csv``; a training row leaves the ``val_*`` cells empty, an
 evaluation row the others."""
@@ -139,8 +140,13 @@ class Progress:
             return
         extra = "".join(
             f"  {name} {row[key]:.4f}"
-            for key, name in (("val_exact", "exact"), ("val_bleu", "BLEU"), ("val_ppl", "ppl"))
-            if key in row
+            for key, name in (
+                ("val_exact", "exact"),
+                ("val_bleu", "BLEU"),
+                ("val_ppl", "ppl"),
+                ("val_loss_exact", "whole-split loss"),
+            )  # fmt: skip
+            if key in row and not (key == "val_loss_exact" and "val_batches" not in row)
         )
         how = f"estimate, {row['val_batches']} batches" if "val_batches" in row else "whole split"
         cost = f", {row['eval_s']:.2f} s{self._eval_share(',')}" if "eval_s" in row else ""

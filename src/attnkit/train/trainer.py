@@ -278,7 +278,7 @@ def _train(
         """Evaluate (rank 0), log, update best/ and the early-stop count."""
         nonlocal best, states, stop_reason
         t_eval = time.monotonic()
-        row = evaluate(s.model, data, c, held, step)
+        row = evaluate(s.model, data, c, held, step, best.value)
         row["eval_s"] = round(time.monotonic() - t_eval, 3)  # shown in the progress line
         best, improved = best.update(row)
         report.evaluation(row, "  (best so far)" if improved else "")
