@@ -47,7 +47,8 @@ def hf_load(path: Path):
 
 
 def lm_train_config(data: Path, **kw) -> TrainConfig:
-    base = dict(task="lm", data=str(data), block_size=12, valid_fraction=0.25, layers=2,
+    base = dict(task="lm", data=str(data), tokenizer="word",
+                block_size=12, valid_fraction=0.25, layers=2,
                 dim_feedforward=32, dropout=0.1, batch_size=16, warmup=10, eval_every=5,
                 max_steps=15, bias=False)  # fmt: skip
     return TrainConfig(**{**base, **kw})
@@ -221,6 +222,7 @@ def test_cli_train_and_export_in_real_processes(tmp_path, rhyme):
         return done.stdout
 
     attnkit("train", "--task", "lm", "--data", str(rhyme), "--positions", "learned",
+            "--tokenizer", "word",
             "--no-bias", "--block-size", "12", "--d-model", "16", "--nhead", "2", "--layers",
             "1", "--dim-feedforward", "32", "--max-steps", "6", "--eval-every", "3",
             "--out", "run")  # fmt: skip

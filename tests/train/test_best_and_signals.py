@@ -165,7 +165,7 @@ TRAIN_ARGS = [
 ]  # fmt: skip
 LINE = re.compile(
     r"^step (\d+)/100000  loss \d+\.\d{4}  lr \d\.\d\de-\d\d  [\d,]+ tok/s  elapsed \d+:\d\d  "
-    r"ETA \S+(  val loss \d+\.\d{4})?$"
+    r"ETA \S+(  val loss \d+\.\d{4})?(  eval \d+% of time)?$"
 )
 
 

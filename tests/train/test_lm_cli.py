@@ -76,8 +76,9 @@ def test_word_model_generates_detokenised_text(capsys, tmp_path, rhyme_file):
     ("args", "message"),
     [
         (["--betas", "0.9"], "--betas: expected two numbers B1,B2"),
-        (["--lr", "1e-3"], "--lr: the noam schedule sets its own peak"),
-        (["--schedule", "cosine"], "--schedule: cosine decays over --max-steps"),
+        (["--schedule", "noam", "--lr", "1e-3"], "--lr: the noam schedule sets its own peak"),
+        (["--eval-batches", "0"], "--eval-batches: expected a positive int"),
+        (["--lines", "--eval-batches", "2"], "--eval-batches: the estimate from random held-out"),
     ],
 )
 def test_bad_recipe_flags_are_one_line(capsys, tmp_path, rhyme_file, args, message):

@@ -85,8 +85,8 @@ def test_weight_decay_on_matrices_only(tie):
 def test_recipe_validation(tmp_path):
     base = dict(task="lm", data=str(tmp_path / "a.txt"))
     cases = [
-        (dict(lr=1e-3), "^lr: the noam schedule sets its own peak"),
-        (dict(schedule="cosine"), "^schedule: cosine decays over --max-steps"),
+        (dict(schedule="noam", lr=1e-3), "^lr: the noam schedule sets its own peak"),
+        (dict(schedule="cosine", max_minutes=5), "^schedule: cosine decays over --max-steps"),
         (dict(schedule="constant", lr=1e-3, min_lr=2e-3), r"^min_lr: expected a number in \[0"),
         (dict(schedule="cosine", lr=-1.0, max_steps=5), "^lr: "),
         (dict(betas=(0.9, 1.0)), r"^betas: expected two numbers in \[0, 1\)"),

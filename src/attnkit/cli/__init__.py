@@ -20,8 +20,9 @@ Defaults shown in ``--help`` come from such light modules, never from a module t
 torch. The packages ``attnkit``, ``attnkit.explain`` and ``attnkit.train`` import their public
 names on first use (:mod:`attnkit.lazy`), so importing a light submodule stays light.
 
-Exit codes: 0 success; 2 a user mistake (bad usage, a missing or unreadable file, bad data),
-reported as one line on stderr, never a traceback; 1 an unexpected internal error, reported as
+Exit codes: 0 success; 2 a user mistake (bad usage, a missing or unreadable file, bad data:
+what attnkit's own checks raise, :mod:`attnkit.cli.errors`), reported as one line on stderr,
+never a traceback; 1 an unexpected internal error, reported as
 one line that says so and where to report it; ``bench`` returns the benchmark script's own code.
 """
 
@@ -35,7 +36,8 @@ import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-from attnkit.cli.common import PROG, ArgumentParser, UsageError, one_line
+from attnkit.cli.common import PROG, ArgumentParser, one_line
+from attnkit.cli.errors import is_user_error
 
 __all__ = ["VERBS", "build_parser", "main"]
 
@@ -86,18 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean a user mistake or a bad file: one line, exit code 2. The library
-    turns file-format errors into ValueError naming the file; safetensors' own error type is
-    listed in case one slips through."""
-    errors: tuple[type[BaseException], ...] = (UsageError, ValueError, TypeError, OSError)
-    try:
-        from safetensors import SafetensorError
-    except ImportError:  # pragma: no cover - safetensors is a dependency
-        return errors
-    return (*errors, SafetensorError)
-
-
 def _error(verb: str | None, e: BaseException) -> str:
     """``attnkit VERB: error: MESSAGE`` on one line."""
     msg = one_line(str(e) or type(e).__name__)
@@ -122,9 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (``python -m attnkit`` exits with it).
 
     Never lets a traceback reach the user: a user mistake (bad usage, a missing, unreadable or
-    corrupt file, a bad value; ValueError, TypeError, OSError) is one line on stderr and exit
-    code 2; anything else is one line that says it is an internal error and how to report it,
-    exit code 1."""
+    corrupt file, a bad value: what attnkit's own checks raise, :mod:`attnkit.cli.errors`) is
+    one line on stderr and exit code 2; anything else (a dependency's error included) is one
+    line that says it is an internal error and how to report it, exit code 1, with the
+    traceback when ATTNKIT_TRACEBACK=1."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = argv[0] if argv and argv[0] in VERBS else None
     try:
@@ -137,10 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (attnkit ... | head): stop quietly
         _silence_stdout()
         return 1
-    except _expected_errors() as e:
-        print(_error(verb, e), file=sys.stderr)
-        return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: never a traceback
+        if is_user_error(e):  # attnkit's own checks (attnkit.cli.errors)
+            print(_error(verb, e), file=sys.stderr)
+            return 2
         if os.environ.get("ATTNKIT_TRACEBACK") == "1":
             traceback.print_exc()
         where = f"{PROG} {verb}" if verb else PROG

@@ -83,4 +83,12 @@ def run(ns: argparse.Namespace) -> int:
         f"wrote {one_line(out)}: {cls} + tokenizer.json; load with "
         f'{auto}.from_pretrained("{one_line(out)}")'
     )
+    if loaded.kind == "lm":
+        n = loaded.model.config.max_len
+        print(
+            f"the model holds {n} positions (its training window, --block-size): "
+            f"generation_config.json stops generate() at max_length={n} tokens, prompt "
+            f"included; keep prompt + max_new_tokens <= {n} (transformers lets max_new_tokens "
+            "override max_length and fails past the last position)"
+        )
     return 0

@@ -17,14 +17,17 @@ from attnkit.cli.common import (
 NAME = "generate"
 EXAMPLES = """\
   generate  continue a prompt with a trained language model (task lm)
-              attnkit generate --ckpt runs/lm --prompt "humpty dumpty sat on"
+              attnkit generate --ckpt runs/lm --prompt "ROMEO:"
 """
 
 EPILOG = """\
 examples:
-  attnkit generate --ckpt runs/lm --prompt "humpty dumpty sat on"
-  attnkit generate --ckpt runs/lm --prompt "humpty dumpty sat on" --max-new-tokens 30 \\
-      --temperature 0.8 --top-k 5 --seed 1
+  attnkit generate --ckpt runs/lm --prompt "ROMEO:"
+      sampled as nanoGPT's sample.py: temperature 0.8 among the 200 likeliest tokens
+  attnkit generate --ckpt runs/lm --prompt "ROMEO:" --max-new-tokens 30 --temperature 0
+      greedy: the likeliest token each time
+  attnkit generate --ckpt runs/lm --prompt "ROMEO:" --view gen.html
+      also writes the self-attention on the prompt and the generated text as HTML
   attnkit generate --ckpt runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 \\
       --temperature 0.8 --top-p 0.95
 """
@@ -35,11 +38,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         NAME,
         help="continue a prompt with a trained language model",
-        description="Continue PROMPT with a checkpoint of 'attnkit train --task lm': greedy by "
-        "default, sampled with --temperature > 0 (among the --top-k most likely tokens, or the "
-        "--top-p nucleus). Prints the prompt, then the continuation as it is generated "
-        "(detokenised: no space before punctuation; newlines kept). The context is cropped to "
-        "the model's training window (--block-size).",
+        description="Continue PROMPT with a checkpoint of 'attnkit train --task lm': "
+        "sampled as nanoGPT's sample.py samples by default (temperature 0.8 among the 200 "
+        "likeliest tokens; --top-p: the nucleus), greedy with --temperature 0; [UNK] is never "
+        "written. Prints the prompt, then the continuation as it is generated (detokenised: no "
+        "space before punctuation; newlines kept). The context is cropped to the model's "
+        "training window (--block-size).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -47,11 +51,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_device(p)
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to add (20)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=None, help="sample among the K likeliest")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.8,
+        help="sampling temperature; 0 = greedy (0.8, as nanoGPT's sample.py)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=200,
+        help="sample among the K likeliest (200, as nanoGPT's sample.py)",
+    )
     p.add_argument("--top-p", type=float, default=None, help="sample among the likeliest "
                    "tokens whose probabilities add up to P (nucleus sampling)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler (0)")
+    p.add_argument(
+        "--view",
+        metavar="FILE.html",
+        help="also write the model's self-attention on the prompt and the generated text "
+        "(every layer and head; the last --block-size tokens) as one offline HTML file",
+    )
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -78,6 +98,10 @@ def _run(ns: argparse.Namespace) -> int:
     }
     with option_names(names):
         _check_options(ns)
+    if ns.view is not None:  # before any work, as translate --view
+        from attnkit.viz.weights import check_output_path
+
+        check_output_path("--view", ns.view, (".html", ".htm"))
     loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":
         raise UsageError(
@@ -109,7 +133,7 @@ def _run(ns: argparse.Namespace) -> int:
             temperature=ns.temperature,
             top_k=ns.top_k,
             top_p=ns.top_p,
-            banned=lm.banned_ids(),
+            banned=lm.banned_ids() + tk.never_generated(tok) + ((tk.EOS,) if stop is None else ()),
             stop=stop,
             generator=gen,
         )
@@ -126,7 +150,28 @@ def _run(ns: argparse.Namespace) -> int:
                 out.flush()
                 shown = text
         out.write(_safe(tk.decode(tok, enc.ids + new)[len(head) :][len(shown) :]) + "\n")
+    if ns.view is not None:
+        _write_view(loaded, enc.ids + new, c.block_size, ns.view)
     return 0
+
+
+def _write_view(loaded, ids: list[int], block: int, path: str) -> None:
+    """The model's self-attention on the last ``block`` tokens of ``ids`` (prompt and
+    generated text) as one HTML file, as ``attnkit translate --view`` writes its page."""
+    from attnkit.cli.own_attentions import lm_sections
+    from attnkit.viz import html
+
+    section, tokens = lm_sections(loaded, ids[-block:])
+    cut = "" if len(ids) <= block else f" (its last {block} tokens, the training window)"
+    page = html.render(
+        section.weights,
+        tokens,
+        tokens,
+        title=f"self-attention: {loaded.path}{cut}",
+        note=section.note,
+    )
+    html.save(page, path)
+    print(f"wrote {one_line(path)} (self-attention, {len(tokens)} tokens{cut})", file=sys.stderr)
 
 
 def _check_options(ns: argparse.Namespace) -> None:

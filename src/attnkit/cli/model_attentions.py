@@ -1,8 +1,10 @@
 """The ``--model`` option of ``attnkit view`` and ``attnkit explain``: which model, and its
 attention weights on a text.
 
-``default``, or a directory whose config says ``model_type: bert`` (or no model type), runs
-on attnkit's own BERT (:class:`attnkit.models.bert.BertModel`: fast, no transformers needed).
+An ``attnkit train`` run or checkpoint directory runs on attnkit's own model
+(:mod:`attnkit.cli.own_attentions`). ``default``, or a directory whose config says
+``model_type: bert`` (or no model type), runs on attnkit's own BERT
+(:class:`attnkit.models.bert.BertModel`: fast, no transformers needed).
 Any other model (a directory saved by transformers, or a model name in the local Hugging Face
 cache) runs in transformers with attnkit's attention
 (:mod:`attnkit.integrations.hf_attentions`). Both give the same
@@ -34,12 +36,14 @@ def add_download_option(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class ChosenModel:
-    """A loaded model: ``native`` (an attnkit BertModel) or ``hf`` (a transformers
-    ``LoadedModel``), exactly one of them set; ``name`` is what titles show."""
+    """A loaded model: ``native`` (an attnkit BertModel), ``hf`` (a transformers
+    ``LoadedModel``) or ``own`` (a checkpoint of ``attnkit train``), exactly one of them set;
+    ``name`` is what titles show."""
 
     name: str
     native: Any
     hf: Any
+    own: Any = None  # issue 31: an attnkit run's checkpoint (attnkit.train.session.Loaded)
 
 
 def choose(model: str, download: bool = False) -> ChosenModel:
@@ -48,6 +52,10 @@ def choose(model: str, download: bool = False) -> ChosenModel:
 
     with option_names(_NAMES):
         located = locate_model(model, download=download)
+        from attnkit.cli import own_attentions as own
+
+        if own.is_run(located.path):  # attnkit train's run or checkpoint directory
+            return ChosenModel(located.name, None, None, own.load(located.path))
         config = located.path / "config.json"
         if not config.exists():
             raise UsageError(
@@ -79,6 +87,10 @@ def attentions(chosen: ChosenModel, text: str) -> Any:
         model_attentions,
     )
 
+    if chosen.own is not None:
+        from attnkit.cli.own_attentions import own_attentions
+
+        return own_attentions(chosen.own, chosen.name, text)
     if chosen.hf is not None:
         from attnkit.integrations.hf_attention import UnsupportedFeatureError
 

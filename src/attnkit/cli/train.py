@@ -89,7 +89,7 @@ OPTIONS: dict[str, tuple[str, dict]] = {
         "valid_fraction",
         dict(type=float, help="files: held out (0.05; an lm stream: its last 0.1)"),
     ),
-    "--block-size": ("block_size", dict(type=int, help="lm: tokens per example (64)")),
+    "--block-size": ("block_size", dict(type=int, help="lm: tokens per example")),
     "--tokenizer": ("tokenizer", dict(choices=("word", "char", "bpe"), help="tokenizer kind")),
     "--vocab-size": ("vocab_size", dict(type=int, help="bpe vocabulary size (2000)")),
     "--d-model": ("d_model", dict(type=int, help="model width")),
@@ -103,7 +103,7 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     "--weight-decay": (
         "weight_decay",
         dict(type=float, help="AdamW weight decay on matrices only (Linear weights, embeddings; "
-             "not biases or LayerNorm weights, as nanoGPT) (0)"),
+             "not biases or LayerNorm weights, as nanoGPT)"),
     ),
     "--label-smoothing": ("label_smoothing", dict(type=float, help="(0.1; lm 0)")),
     "--clip": ("clip", dict(type=float, help="gradient-norm clipping, 0 = off (1.0)")),
@@ -155,7 +155,9 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     # issue 21: best/ and early stopping
     "--best-metric": (
         "best_metric",
-        dict(choices=("loss", "bleu"), help="what makes RUN/best: held-out loss (default) or BLEU"),
+        dict(choices=("loss", "bleu", "exact"), help="what makes RUN/best: held-out loss "
+             "(default; with --eval-batches its estimate), BLEU, or exact: the loss over the "
+             "whole held-out split, scored when the estimate beats the best so far"),
     ),
     "--early-stop": (
         "early_stop",
@@ -164,26 +166,31 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     # the language-model recipe (issue 20)
     "--lines": ("lines", dict(action="store_true", help="lm: each line its own "
                 "example, joined by [EOS] (default: the file is one token stream)")),
-    "--lr": ("lr", dict(type=float, help="peak learning rate of cosine/constant (1e-3)")),
-    "--schedule": ("schedule", dict(choices=SCHEDULES, help="learning-rate schedule (noam)")),
+    "--lr": ("lr", dict(type=float, help="peak learning rate of cosine/constant (lm 4e-3, "
+             "others 1e-3)")),
+    "--schedule": ("schedule", dict(choices=SCHEDULES, help="learning-rate schedule")),
     "--min-lr": ("min_lr", dict(type=float, help="cosine: final learning rate (--lr / 10)")),
-    "--betas": ("betas", dict(type=_betas, metavar="B1,B2", help="AdamW betas (0.9,0.98)")),
+    "--betas": ("betas", dict(type=_betas, metavar="B1,B2", help="AdamW betas")),
     "--tie-embeddings": ("tie_embeddings", dict(action=argparse.BooleanOptionalAction,
                          help="output layer shares the embedding matrix (default: tied)")),
     "--norm-first": ("norm_first", dict(action=argparse.BooleanOptionalAction,
                      help="pre-LayerNorm layers (default: on)")),
     "--bias": ("bias", dict(action=argparse.BooleanOptionalAction,
-               help="lm: biases in Linear and LayerNorm (default: on)")),
+               help="lm: biases in Linear and LayerNorm")),
     "--activation": ("activation", dict(choices=("gelu", "relu"),
                      help="feed-forward activation (lm gelu, others relu)")),
     "--positions": ("positions", dict(choices=("sinusoidal", "learned"), help="lm: "
-                    "sinusoidal (x sqrt(d_model), default) or learned (GPT-2, --block-size rows)")),
+                    "sinusoidal (x sqrt(d_model)) or learned (GPT-2, --block-size rows)")),
+    "--eval-batches": ("eval_batches", dict(type=int, help="lm: estimate the held-out loss "
+                       "from N random batches of held-out windows (nanoGPT's estimate_loss) "
+                       "instead of scoring the whole held-out split at each evaluation")),
     "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast "
                "(only on CPUs with native bf16: AVX512-BF16, AMX or Arm bf16)")),
 }  # fmt: skip
 NAMES = {field: opt for opt, (field, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
 
 DEFAULT_STEPS = 600
+SAMPLE_ITEMS = 50  # lines of train_sample.jsonl read for a prompt
 DEFAULT_MINUTES = 10.0
 
 
@@ -213,13 +220,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write TensorBoard event files to RUN/tensorboard (pip install "
         "'attnkit[tensorboard]')",
     )
-    from attnkit.train.config import TASK_DEFAULTS
+    from attnkit.train.config import LM_RECIPE, SEQ2SEQ_RECIPE, TASK_DEFAULTS
 
     for opt, (field, kw) in OPTIONS.items():
         kw = dict(kw)
         if field in TASK_DEFAULTS["copy"]:  # defaults that depend on the task
             per = ", ".join(f"{t} {TASK_DEFAULTS[t][field]}" for t in ("copy", "translate", "lm"))
             kw["help"] = f"{kw['help']} (default: {per})"
+        elif field in LM_RECIPE:  # issue 31: the lm recipe and seed 003's
+            lm, other = _shown(LM_RECIPE[field]), _shown(SEQ2SEQ_RECIPE[field])
+            kw["help"] = f"{kw['help']} (default: lm {lm}, others {other})"
         if kw.get("type") in (int, float):
             kw.setdefault("metavar", "N" if kw["type"] is int else "X")
         p.add_argument(opt, default=None, **kw)
@@ -237,7 +247,7 @@ def _fresh_out(task: str) -> Path:
 
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
-    from attnkit.train.config import TrainConfig
+    from attnkit.train.config import LM_STEPS, TrainConfig
     from attnkit.train.session import read_train_config
     from attnkit.train.trainer import TrainingInterrupted, train
 
@@ -260,6 +270,10 @@ def run(ns: argparse.Namespace) -> int:
                     f"{given.get('train_size', 20000)} generated training sequences, "
                     f"{given.get('valid_size', 200)} held out) for at most {steps} steps"
                 )
+            elif given["task"] == "lm" and "max_steps" not in given:
+                given["max_steps"] = LM_STEPS  # the cosine schedule decays over it
+                print(f"no --max-steps: training for {LM_STEPS} steps (the length of the "
+                      "learning-rate schedule; --max-minutes stops earlier)")  # fmt: skip
             elif "max_steps" not in given and "max_minutes" not in given:
                 given["max_minutes"] = DEFAULT_MINUTES
                 print(f"no --max-steps or --max-minutes: training for {DEFAULT_MINUTES:g} minutes")
@@ -282,7 +296,7 @@ def run(ns: argparse.Namespace) -> int:
     _summary(out / "log.jsonl")
     print(f"evaluate: attnkit evaluate --ckpt {out}")
     if config.task == "lm":
-        print(f'generate: attnkit generate --ckpt {out} --prompt "humpty dumpty sat on"')
+        print(f"generate: attnkit generate --ckpt {out} --prompt {_lm_prompt(out)}")
     else:
         print(f"decode:   attnkit translate --ckpt {out} {_trained_example(out)}")
     return 0
@@ -293,7 +307,8 @@ def _summary(log: Path) -> None:
     rows = [json.loads(s) for s in log.read_text().splitlines() if '"val_loss"' in s]
     if rows:
         r = rows[-1]
-        parts = [f"held-out loss {r['val_loss']:.4f}"]
+        how = f" (estimate, {r['val_batches']} batches)" if "val_batches" in r else ""
+        parts = [f"held-out loss{how} {r['val_loss']:.4f}"]
         if "val_exact" in r:
             parts.append(f"exact match (greedy) {r['val_exact']:.4f}")
         if "val_ppl" in r:
@@ -316,3 +331,26 @@ def _trained_example(out: Path) -> str:
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
     first_line = sample.read_text(encoding="utf-8").splitlines()[0]
     return shlex.quote(json.loads(first_line)[0])
+
+
+def _shown(value: object) -> str:
+    """A default as the user types it: (0.9, 0.99) -> 0.9,0.99; True -> on."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _lm_prompt(out: Path) -> str:
+    """A prompt from the run's own training text, quoted for a shell: the start of its first
+    line that has a word (e.g. "ROMEO:" for tiny Shakespeare), at most 4 words."""
+    import shlex
+
+    from attnkit.train.checkpoint import find_checkpoint
+    from attnkit.train.lm_generate import suggested_prompt
+
+    sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
+    lines = sample.read_text(encoding="utf-8").splitlines() if sample.is_file() else []
+    items = (json.loads(s) for s in lines[:SAMPLE_ITEMS])
+    return shlex.quote(suggested_prompt(x if isinstance(x, str) else x[0] for x in items))

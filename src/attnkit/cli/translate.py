@@ -39,8 +39,9 @@ line). With --n-best K, K lines per input (fewer when the beam finished fewer hy
 tab-separated values: LINE (1-based input line) TAB RANK (1 = best) TAB SCORE (sum of token
 log-probabilities / length ** --length-penalty) TAB HYPOTHESIS.
 Given a run directory, the run's best checkpoint (best/) is used when it exists, else its last;
-stderr says which. Input words outside the vocabulary are decoded as [UNK]: a warning counts
-them (--strict makes that an error).
+stderr says which. Input words outside the vocabulary are decoded as [UNK]; for byte-level BPE,
+which reads any text, unknown means characters never seen in training: a warning counts them
+(--strict makes that an error).
 """
 
 
@@ -70,7 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="score = log p / length ** PENALTY (beam search)",
     )
     p.add_argument("--max-len", type=int, default=None, help="longest output in tokens")
-    p.add_argument("--strict", action="store_true", help="unknown input words are an error")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="unknown input is an error: words "
+        "outside the vocabulary (word, char), characters never seen in training (bpe)",
+    )
     p.add_argument(
         "--view",
         metavar="FILE.html",
@@ -129,17 +135,24 @@ def _inputs(ns: argparse.Namespace) -> list[str]:
     return [utf8_text("standard input", s, f" line {n}").strip() for n, s in enumerate(lines, 1)]
 
 
-def _check_vocabulary(tok, lines: list[str], strict: bool) -> None:
+def _check_vocabulary(tok, lines: list[str], strict: bool, seen: str | None) -> None:
     from attnkit.train.tokenizer import unknown_words
 
-    unknown = [w for s in lines for w in unknown_words(tok, s)]
+    unknown = [w for s in lines for w in unknown_words(tok, s, seen)]
     if not unknown:
         return
     shown = ", ".join(repr(w) for w in list(dict.fromkeys(unknown))[:5])
-    msg = f"{len(unknown)} input word(s) are not in the model's vocabulary (first: {shown})"
+    if type(tok.model).__name__ == "BPE":  # byte-level: reads any text, unseen characters too
+        msg = (
+            f"{len(unknown)} input piece(s) have characters never seen in training (first: {shown})"
+        )
+        after = "the model reads their bytes, which it was never trained on"
+    else:
+        msg = f"{len(unknown)} input word(s) are not in the model's vocabulary (first: {shown})"
+        after = "they are decoded as [UNK]"
     if strict:
         raise UsageError(f"--strict: {msg}")
-    print(one_line(f"warning: {msg}; they are decoded as [UNK]"), file=sys.stderr)
+    print(one_line(f"warning: {msg}; {after}"), file=sys.stderr)
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -150,6 +163,7 @@ def run(ns: argparse.Namespace) -> int:
 
 def _run(ns: argparse.Namespace) -> int:
     """Decode; 0 on success."""
+    from attnkit.terminal import printable  # only line breaks and control characters escaped
     from attnkit.train import metrics, session
 
     _check(ns)
@@ -161,7 +175,7 @@ def _run(ns: argparse.Namespace) -> int:
             f'attnkit generate --ckpt {ns.ckpt} --prompt "..."'
         )
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
-    _check_vocabulary(loaded.tokenizer, lines, ns.strict)
+    _check_vocabulary(loaded.tokenizer, lines, ns.strict, loaded.characters())
     todo = [s for s in lines if s]
     names = {"length_penalty": "--length-penalty", "max_len": "--max-len", "n_best": "--n-best"}
     with option_names(names):
@@ -177,7 +191,7 @@ def _run(ns: argparse.Namespace) -> int:
                     ns.batch_size,
                 )
             )
-            text = [one_line(next(outs)) if s else "" for s in lines]
+            text = [printable(next(outs)) if s else "" for s in lines]  # as produced
         else:
             best = iter(
                 metrics.translate_nbest(
@@ -192,7 +206,7 @@ def _run(ns: argparse.Namespace) -> int:
                 )
             )
             text = [
-                f"{n}\t{rank}\t{score:.4f}\t{one_line(h)}"
+                f"{n}\t{rank}\t{score:.4f}\t{printable(h)}"
                 for n, s in enumerate(lines, start=1)
                 if s
                 for rank, (h, score) in enumerate(next(best), start=1)

@@ -116,12 +116,16 @@ def load_model(path: str | Path, *, name: str | None = None) -> LoadedModel:
         raise ValueError(f"model: {path / 'config.json'}: {' '.join(str(e).split())}") from None
     kind = "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "encoder"
     auto = tf.AutoModelForSeq2SeqLM if kind == "encoder-decoder" else tf.AutoModel
+    archs = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForCausalLM") for a in archs):  # PegasusForCausalLM: the decoder alone
+        kind, auto = "decoder", tf.AutoModelForCausalLM  # (its config says encoder-decoder)
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (ValueError, OSError, TypeError) as e:
         raise FileNotFoundError(
             f"model: {str(path)!r}: no usable tokenizer ({' '.join(str(e).split())[:200]})"
         ) from None
+    _check_weights_fit(auto, config, path)
     model = auto.from_pretrained(
         path,
         attn_implementation=impl,
@@ -132,6 +136,22 @@ def load_model(path: str | Path, *, name: str | None = None) -> LoadedModel:
     if kind == "encoder" and _is_causal_lm(tf, config):
         kind = "decoder"
     return LoadedModel(model, tokenizer, name or path.resolve().name, kind)
+
+
+def _check_weights_fit(auto: Any, config: Any, path: Path) -> None:
+    """The model that ``config`` describes, built on the meta device (shapes only, no memory),
+    against the safetensors headers of ``path``: ValueError naming a mismatch before anything
+    is built (:func:`attnkit.models.hf_loading.check_shapes`)."""
+    from attnkit.models.hf_loading import check_shapes
+
+    try:
+        with torch.device("meta"):
+            shell = auto.from_config(config, trust_remote_code=False)
+    except Exception:  # noqa: BLE001 - a model that cannot be laid out on meta: transformers
+        return  # checks its weights itself when it loads them
+    expected = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
+    prefix = getattr(shell, "base_model_prefix", "") or ""
+    check_shapes(path, expected, (f"{prefix}.",) if prefix else ())
 
 
 def _is_causal_lm(tf: Any, config: Any) -> bool:

@@ -21,11 +21,14 @@ first) and sliding-window attention (``--window``: both attend to the whole pref
 
 The tokenizer is a ``PreTrainedTokenizerFast`` that encodes a prompt as attnkit does (no
 special tokens added). ``generation_config.json`` suppresses the ids attnkit never generates
-([PAD], [BOS]) and stops at [EOS], so ``model.generate`` continues a prompt as
+([PAD], [BOS], [UNK]), stops at [EOS] and at ``max_length`` = the position table's rows
+(prompt included; issue 31), so ``model.generate`` continues a prompt as
 :meth:`TransformerLM.generate <attnkit.models.lm.TransformerLM.generate>` does. Both classes
 stop at the end of their position table (GPT-2's ``n_positions``, Pegasus's
-``max_position_embeddings`` = the model's ``max_len``): transformers fails there, attnkit's
-``generate`` command crops the context.
+``max_position_embeddings`` = the model's ``max_len``): ``model.generate()`` stops there by the
+generation config, but an explicit ``max_new_tokens`` takes precedence over ``max_length`` in
+transformers, and a call that asks for more positions than the table has fails inside
+transformers (``IndexError``); attnkit's ``generate`` command crops the context instead.
 """
 
 from __future__ import annotations
@@ -226,6 +229,8 @@ def export_lm(model, tok: Tokenizer, out: str | os.PathLike) -> tuple[Path, str]
     load_all(hf, _complete(hf, state, c.tie_embeddings), tied)
     g = hf.generation_config
     g.bos_token_id, g.eos_token_id, g.pad_token_id = c.bos_id, c.eos_id, c.pad_id
-    g.suppress_tokens = list(model.banned_ids())  # attnkit never generates them
+    unk = tok.token_to_id("[UNK]")  # a placeholder for unreadable input, never text
+    g.suppress_tokens = list(model.banned_ids()) + ([] if unk is None else [unk])
+    g.max_length = c.max_len  # the position table: generate() stops there (prompt included)
     tokenizer = hf_tokenizer(tok, append_eos=False, model_max_length=c.max_len)
     return write_atomically(hf, tokenizer, out), target

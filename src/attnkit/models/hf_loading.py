@@ -42,6 +42,7 @@ __all__ = [
     "load_tokenizer",
     "load_weights",
     "match_weights",
+    "check_shapes",
     "read_header",
     "read_json",
     "read_json_object",
@@ -394,3 +395,30 @@ def _finite(file: Path, name: str, raw: Tensor, t: Tensor) -> Tensor:
             )
         raise ValueError(f"{file}: tensor {name!r} holds {bad} NaN or infinite value(s)")
     return t
+
+
+def check_shapes(
+    path: Path, expected: Mapping[str, tuple[int, ...]], prefixes: Sequence[str] = ()
+) -> None:
+    """Check the safetensors headers of model directory ``path`` (every ``*.safetensors``
+    file, sharded ones included; nothing loaded) against ``expected``: parameter name -> shape
+    of the model that ``path/config.json`` describes (e.g. built on the meta device). A tensor
+    of the files matches a parameter of the same name, or of the name with one of ``prefixes``
+    (a base model's prefix, such as ``transformer.``) added or removed. ValueError naming the
+    first few tensors whose shapes differ, before any model is built; names that match nothing
+    are left to the loader (tied or buffer weights)."""
+    config_file = path / "config.json"
+    bad: list[str] = []
+    for file in sorted(path.glob("*.safetensors")):
+        for name, (shape, _) in read_header(file).items():
+            candidates = [name] + [p + name for p in prefixes]
+            candidates += [name[len(p) :] for p in prefixes if p and name.startswith(p)]
+            ours = next((c for c in candidates if c in expected), None)
+            if ours is not None and tuple(expected[ours]) != shape:
+                bad.append(f"{name} is {shape} in {file.name} but {tuple(expected[ours])} by "
+                           "config.json")  # fmt: skip
+    if bad:
+        raise ValueError(
+            f"{config_file}: disagrees with the weights: {first(bad, 3)}; the config does not "
+            "describe these weights (was it edited, or copied from another model?)"
+        )

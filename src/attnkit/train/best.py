@@ -25,6 +25,7 @@ class _Metric:
 METRICS: dict[str, _Metric] = {
     "loss": _Metric("val_loss", "held-out loss", False),
     "bleu": _Metric("val_bleu", "held-out BLEU", True),
+    "exact": _Metric("val_loss_exact", "held-out loss (whole split)", False),
 }
 
 
@@ -46,6 +47,10 @@ class Best:
         """The record after evaluation ``row`` (with ``step`` and the metric's key), and whether
         it improved on the best so far (ties do not)."""
         m = METRICS[self.metric]
+        if (
+            m.key not in row
+        ):  # "exact": the whole split was not scored (the estimate did not beat it)
+            return dataclasses.replace(self, stale=self.stale + 1), False
         value = float(row[m.key])
         better = self.value is None or (
             value > self.value if m.higher_is_better else value < self.value

@@ -21,7 +21,16 @@ from attnkit.checks import (
     probability,
 )
 
-__all__ = ["RUN_FIELDS", "TASKS", "TASK_DEFAULTS", "TrainConfig"]
+__all__ = [
+    "LM_LR",
+    "LM_RECIPE",
+    "LM_STEPS",
+    "RUN_FIELDS",
+    "SEQ2SEQ_RECIPE",
+    "TASKS",
+    "TASK_DEFAULTS",
+    "TrainConfig",
+]
 
 TASKS = ("copy", "reverse", "sort", "lm", "translate")
 
@@ -29,6 +38,7 @@ RUN_FIELDS = frozenset(
     {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
 ) | {"accumulate", "dist_timeout"}  # accumulate: the trainer checks processes x accumulate
 RUN_FIELDS |= {"best_metric", "early_stop"}  # issue 21: best/ and early stopping
+RUN_FIELDS |= {"eval_batches"}  # issue 31: nanoGPT's estimate of the held-out loss
 
 _SYNTHETIC = dict(
     tokenizer="word",
@@ -56,18 +66,40 @@ TASK_DEFAULTS: dict[str, dict] = {
         warmup=400,
         lr_factor=1.0,
     ),
-    "lm": dict(
-        tokenizer="word",
+    "lm": dict(  # benchmarks/lm_race.py's BEST (nanoGPT's CPU recipe, windows of 128)
+        tokenizer="char",
         d_model=128,
         nhead=4,
-        layers=3,
+        layers=4,
         dim_feedforward=512,
-        dropout=0.1,
-        batch_size=32,
-        warmup=200,
+        dropout=0.0,
+        batch_size=8,
+        warmup=100,
         lr_factor=1.0,
     ),
 }
+
+SEQ2SEQ_RECIPE = dict(
+    block_size=64, schedule="noam", betas=(0.9, 0.98), bias=True, positions="sinusoidal",
+    weight_decay=0.0,
+)  # fmt: skip
+"""Seed 003's recipe: the default of every task but lm, and of configs saved before issue 31."""
+
+LM_RECIPE = dict(
+    block_size=128, schedule="cosine", betas=(0.9, 0.99), bias=False, positions="learned",
+    weight_decay=0.1,
+)  # fmt: skip
+"""The lm task's recipe (issue 31): the one that measured best in ``benchmarks/lm_race.py``
+(nanoGPT's: cosine schedule, betas 0.9/0.99, weight decay 0.1, no biases; windows of 128),
+GPT-2-shaped (learned positions, no output bias) so ``attnkit export --to hf`` accepts it."""
+
+LM_LR = 4e-3
+"""The lm task's peak learning rate with a cosine or constant schedule (``BEST``; others 1e-3)."""
+
+LM_STEPS = 5000
+"""The lm task's ``max_steps`` when neither it nor ``max_minutes`` is given (and always in
+``attnkit train --task lm`` without --max-steps): the cosine schedule's length (nanoGPT's
+shakespeare_char ``max_iters``)."""
 
 
 @dataclass
@@ -101,7 +133,9 @@ class TrainConfig:
     accumulates gradients over ``accumulate`` micro-batches of ``batch_size`` per process, so a
     step sees processes x accumulate x batch_size sequences; ``dist_timeout`` seconds bound
     every wait for another process.
-    Best checkpoint: ``best_metric`` ("loss": lowest held-out loss; "bleu": highest held-out
+    Best checkpoint: ``best_metric`` ("loss": lowest held-out loss, the estimate with
+    ``eval_batches``; "exact": lowest loss over the whole held-out split, scored when the
+    estimate is below the best whole-split loss so far; "bleu": highest held-out
     BLEU, encoder-decoder tasks) decides ``best/``; ``early_stop`` N stops after N evaluations
     in a row without improvement (None = never).
     Language models (issue 20): ``lines`` False (the default for lm, unless ``pack``) reads the
@@ -113,6 +147,11 @@ class TrainConfig:
     ``bias``, ``activation`` (lm gelu, seq2seq relu); ``bf16`` autocast (CPUs with native bf16).
     ``positions`` (lm, issue 21): "sinusoidal" or "learned" (GPT-2 / nanoGPT: a learned table of
     ``block_size`` rows, embeddings not scaled; :mod:`attnkit.models.lm_positions`).
+    Recipe defaults (issue 31): the lm task takes :data:`LM_RECIPE` (cosine, lr 4e-3, betas
+    0.9/0.99, weight decay 0.1, no biases, learned positions, windows of 128: exportable as
+    GPT-2), every other task :data:`SEQ2SEQ_RECIPE` (seed 003's). ``eval_batches`` N (lm
+    stream): each evaluation is nanoGPT's estimate from N random batches of held-out windows
+    instead of the whole held-out split (``attnkit evaluate`` always scores it all).
     """
 
     task: str = "copy"
@@ -124,7 +163,7 @@ class TrainConfig:
     train_size: int = 20000
     valid_size: int = 200
     valid_fraction: float | None = None
-    block_size: int = 64
+    block_size: int | None = None
     tokenizer: str | None = None
     vocab_size: int = 2000
     d_model: int | None = None
@@ -135,7 +174,7 @@ class TrainConfig:
     batch_size: int | None = None
     warmup: int | None = None
     lr_factor: float | None = None
-    weight_decay: float = 0.0
+    weight_decay: float | None = None
     label_smoothing: float | None = None
     clip: float = 1.0
     max_steps: int | None = None
@@ -157,15 +196,16 @@ class TrainConfig:
     # language-model recipe (issue 20; see the class docstring's last paragraph)
     lines: bool | None = None
     lr: float | None = None
-    schedule: str = "noam"
+    schedule: str | None = None
     min_lr: float | None = None
-    betas: tuple[float, float] = (0.9, 0.98)
+    betas: tuple[float, float] | None = None
     tie_embeddings: bool | None = None
     norm_first: bool = True
-    bias: bool = True
+    bias: bool | None = None
     activation: str | None = None
     bf16: bool = False
-    positions: str = "sinusoidal"  # issue 21: lm positions, sinusoidal or learned
+    positions: str | None = None  # issue 21: lm positions, sinusoidal or learned
+    eval_batches: int | None = None  # issue 31: None = the whole held-out split
 
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
@@ -174,6 +214,11 @@ class TrainConfig:
         for k, v in TASK_DEFAULTS[c.task].items():
             if getattr(c, k) is None:
                 setattr(c, k, v)
+        for k, v in (LM_RECIPE if c.task == "lm" else SEQ2SEQ_RECIPE).items():
+            if getattr(c, k) is None:  # issue 31: the lm recipe, or seed 003's
+                setattr(c, k, v)
+        if c.schedule == "cosine" and c.task == "lm" and c.max_steps is c.max_minutes is None:
+            c.max_steps = LM_STEPS  # the cosine schedule's length
         if c.min_length is None:  # variable lengths: decoding shorter inputs stays in range
             c.min_length = max(1, c.length // 2)
         if c.max_len is not None and positive_int("max_len", c.max_len) and c.task == "lm":
@@ -241,11 +286,18 @@ class TrainConfig:
                 f"checkpoint: activation checkpointing is for the lm task, got task {self.task!r}"
             )
         positive_float("dist_timeout", self.dist_timeout)
-        choice("best_metric", self.best_metric, ("loss", "bleu"))
+        choice("best_metric", self.best_metric, ("loss", "bleu", "exact"))
         if self.best_metric == "bleu" and self.task == "lm":
             raise ValueError("best_metric: BLEU needs an encoder-decoder task, got task 'lm'")
         if self.early_stop is not None:
             positive_int("early_stop", self.early_stop)
+        if self.eval_batches is not None:
+            positive_int("eval_batches", self.eval_batches)
+            if self.task != "lm" or self.lines:
+                raise ValueError(
+                    "eval_batches: the estimate from random held-out windows is for the lm "
+                    f"task's stream (not --lines/--pack), got task {self.task!r}"
+                )
         _validate_lm_recipe(self)
         if self.task in ("lm", "translate") and self.data is None:
             raise ValueError(f"data: the {self.task} task needs a data file (--data FILE)")
@@ -263,6 +315,7 @@ class TrainConfig:
             raise ValueError(f"{source}: unknown training options {unknown}")
         if d.get("task") == "lm" and "lines" not in d:  # saved before stream training existed
             d = {**d, "lines": True}
+        d = {**SEQ2SEQ_RECIPE, **d}  # saved before issue 31: the defaults of the time
         return cls(**d)
 
     def identity_differences(self, other: TrainConfig) -> list[str]:
@@ -284,7 +337,7 @@ def _resolve_lm_recipe(c: TrainConfig) -> None:
     if c.valid_fraction is None:
         c.valid_fraction = 0.05 if c.lines else 0.1
     if c.lr is None and c.schedule != "noam":
-        c.lr = 1e-3
+        c.lr = LM_LR if c.task == "lm" else 1e-3
     if c.min_lr is None and c.lr is not None:
         c.min_lr = c.lr / 10
     if c.label_smoothing is None:  # a language model is scored in nats: no smoothing

@@ -14,14 +14,14 @@ tokens whose probabilities sum to at least p (always the most likely one); the r
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.checks import positive_int, probability
 
-__all__ = ["filter_logits", "generate_ids"]
+__all__ = ["filter_logits", "generate_ids", "suggested_prompt"]
 
 
 def filter_logits(
@@ -109,3 +109,20 @@ def _generate(model, ids, max_new_tokens, block, temperature, top_k, top_p, bann
             logits = model.decode_step(torch.tensor([[nxt]]), cache)[0, -1]
         else:
             logits = model(torch.tensor([ids[-block:]]))[0, -1]
+
+
+def suggested_prompt(texts: Iterable[str], words: int = 4) -> str:
+    """A prompt from a run's training text (``train_sample.jsonl``): the first line of at most
+    ``words`` words that ends with ":" (a speaker, "ROMEO:" in tiny Shakespeare), else the first
+    line with a letter or digit cut to ``words`` words. A single text is a stream run's sample,
+    which starts mid-line: its first line is skipped. "\\n" (a new line) when no line has a
+    letter or digit."""
+    texts = list(texts)
+    lines = [ln.strip() for t in texts for ln in t.split("\n")][:1000]
+    if len(texts) == 1 and len(lines) > 1:
+        lines = lines[1:]
+    lines = [ln for ln in lines if any(ch.isalnum() for ch in ln)]
+    for line in lines:
+        if line.endswith(":") and len(line.split()) <= words:
+            return line
+    return " ".join(lines[0].split()[:words]) if lines else "\n"

@@ -40,6 +40,8 @@ CSV_COLUMNS = (
     "val_ppl",
     "val_exact",
     "val_bleu",
+    "eval_s",
+    "val_loss_exact",
 )
 """The columns of ``metrics.csv``; a training row leaves the ``val_*`` cells empty, an
 evaluation row the others."""
@@ -70,6 +72,7 @@ class Progress:
         self.mode, self.max_steps, self.max_seconds, self.echo = mode, max_steps, max_seconds, echo
         self.t0 = time.monotonic()
         self.val_loss: float | None = None
+        self.eval_s = 0.0  # seconds spent in evaluations so far (issue 31: shown as a share)
         self._bar = None
         if mode == "bar":
             from rich.console import Console
@@ -107,6 +110,7 @@ class Progress:
             return
         eta = clock(self.eta(step, first_step))
         val = "" if self.val_loss is None else f"  val loss {self.val_loss:.4f}"
+        val += self._eval_share()
         if self._bar is not None:
             desc = (
                 f"step {self._of(step)}  loss {loss:.4f}{val}  {tok_s:,.0f} tok/s  lr {lr:.2e}  "
@@ -120,17 +124,36 @@ class Progress:
             f"elapsed {elapsed}  ETA {eta}{val}"
         )
 
+    def _eval_share(self, sep: str = " ") -> str:
+        """``  eval 12% of time``: the evaluations' share of the run's wall time so far."""
+        elapsed = time.monotonic() - self.t0
+        if not self.eval_s or elapsed <= 0:
+            return ""
+        return f"{sep} eval {100 * self.eval_s / elapsed:.0f}% of time"
+
     def evaluated(self, row: dict, note: str) -> None:
-        """After an evaluation ``row`` (``step``, ``val_loss``, ...); ``note`` e.g. "best"."""
+        """After an evaluation ``row`` (``step``, ``val_loss``, ``eval_s``, ...); ``note`` e.g.
+        "best"."""
         self.val_loss = row["val_loss"]
+        self.eval_s += row.get("eval_s", 0.0)
         if self.mode != "lines":
             return
         extra = "".join(
             f"  {name} {row[key]:.4f}"
-            for key, name in (("val_exact", "exact"), ("val_bleu", "BLEU"), ("val_ppl", "ppl"))
-            if key in row
+            for key, name in (
+                ("val_exact", "exact"),
+                ("val_bleu", "BLEU"),
+                ("val_ppl", "ppl"),
+                ("val_loss_exact", "whole-split loss"),
+            )  # fmt: skip
+            if key in row and not (key == "val_loss_exact" and "val_batches" not in row)
         )
-        self.echo(f"step {self._of(row['step'])}  val loss {row['val_loss']:.4f}{extra}{note}")
+        how = f"estimate, {row['val_batches']} batches" if "val_batches" in row else "whole split"
+        cost = f", {row['eval_s']:.2f} s{self._eval_share(',')}" if "eval_s" in row else ""
+        self.echo(
+            f"step {self._of(row['step'])}  val loss {row['val_loss']:.4f}{extra}  "
+            f"({how}{cost}){note}"
+        )
 
     def close(self) -> None:
         if self._bar is not None:

@@ -97,9 +97,11 @@ def checkpoint_files(
     state: dict,
     heldout: list,
     train_sample: list,
+    characters: str = "",
 ) -> dict[str, bytes]:
     """The files of a checkpoint (name -> bytes), for
-    :func:`~attnkit.train.checkpoint.write_checkpoint`."""
+    :func:`~attnkit.train.checkpoint.write_checkpoint`; ``characters``: the tokenizer's
+    training characters (:data:`~attnkit.train.tokenizer.CHARACTERS`, written when given)."""
     config = {
         "format": FORMAT,
         "kind": kind,
@@ -115,7 +117,7 @@ def checkpoint_files(
         "state.json": json.dumps(state).encode(),
         "heldout.jsonl": _jsonl(heldout),
         "train_sample.jsonl": _jsonl(train_sample),
-    }
+    } | ({tk.CHARACTERS: characters.encode("utf-8")} if characters else {})
 
 
 @dataclass
@@ -148,6 +150,12 @@ class Loaded:
             return [json.loads(s) for s in f.read_text(encoding="utf-8").splitlines() if s]
         except (OSError, ValueError) as e:
             raise CheckpointError(f"{f}: corrupted checkpoint file ({e})") from None
+
+    def characters(self) -> str | None:
+        """The tokenizer's training characters (:data:`~attnkit.train.tokenizer.CHARACTERS`);
+        None for a checkpoint written before they were recorded."""
+        f = self.path / tk.CHARACTERS
+        return f.read_text(encoding="utf-8") if f.is_file() else None
 
     def state(self) -> tuple[dict[str, Tensor], dict]:
         """(state tensors, state JSON) for resuming."""

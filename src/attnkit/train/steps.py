@@ -28,6 +28,7 @@ from attnkit.train.loss import chunked_head_loss, token_cross_entropy
 from attnkit.train.metrics import exact_match, heldout_loss, translate
 from attnkit.train.packing import PackSpec, pack_lm
 from attnkit.train.scoring import corpus_bleu, group_references
+from attnkit.train.stream import random_windows
 from attnkit.train.tasks import TaskData, lm_sequences, lm_stream, lm_windows, seq2seq_example
 from attnkit.train.tokenizer import PAD
 
@@ -158,12 +159,32 @@ def heldout_examples(data: TaskData, c: TrainConfig) -> list:
     return [seq2seq_example(data.tokenizer, s, t) for s, t in data.heldout]
 
 
-def evaluate(model: nn.Module, data: TaskData, c: TrainConfig, held: list, step: int) -> dict:
-    """The evaluation row of the log at ``step``: held-out loss (packed as training packs),
+def evaluate(
+    model: nn.Module,
+    data: TaskData,
+    c: TrainConfig,
+    held: list,
+    step: int,
+    best: float | None = None,
+) -> dict:
+    """The evaluation row of the log at ``step``: held-out loss (packed as training packs;
+    with ``c.eval_batches``, nanoGPT's estimate from that many random batches of held-out
+    windows, and ``val_batches`` says so; ``best_metric`` "exact": ``val_loss_exact``, the whole
+    split's loss, when the estimate is below ``best``, the best whole-split loss so far),
     perplexity (lm) or exact match (synthetic tasks), and held-out BLEU when it decides the
     best checkpoint (``c.best_metric``)."""
     model.eval()
+    whole = held
+    if c.eval_batches is not None and data.heldout_ids is not None:  # nanoGPT's estimate
+        n = c.eval_batches * c.batch_size
+        held = [(w,) for w in random_windows(data.heldout_ids, c.block_size, n, c.seed, step)]
     row: dict = {"step": step, "val_loss": heldout_loss(model, data.kind, held, pack=data.pack)}
+    if c.eval_batches is not None:
+        row["val_batches"] = c.eval_batches
+    if c.best_metric == "exact" and held is whole:
+        row["val_loss_exact"] = row["val_loss"]
+    elif c.best_metric == "exact" and (best is None or row["val_loss"] < best):
+        row["val_loss_exact"] = heldout_loss(model, data.kind, whole, pack=data.pack)
     if data.kind == "lm":
         row["val_ppl"] = float(np.exp(row["val_loss"]))
     elif c.task != "translate":

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EPOCH_BATCHES", "StreamWindows", "TextSplit", "split_text", "stream_batches"]
+__all__ = [
+    "EPOCH_BATCHES",
+    "StreamWindows",
+    "TextSplit",
+    "random_windows",
+    "split_text",
+    "stream_batches",
+]
 
 EPOCH_BATCHES = 1000
 """Batches drawn per epoch of a stream run (an epoch is only a unit of the seeded order)."""
@@ -81,3 +88,18 @@ def stream_batches(
     rng = np.random.default_rng([seed, epoch, 0x57EA])
     offsets = rng.integers(0, windows, size=(count, batch_size))
     return list(offsets)
+
+
+def random_windows(
+    ids: np.ndarray, block: int, count: int, seed: int, step: int
+) -> list[list[int]]:
+    """``count`` windows of ``block + 1`` ids at offsets drawn uniformly from the held-out
+    stream ``ids`` (nanoGPT's ``estimate_loss``: ``get_batch('val')`` ``eval_iters`` times), by
+    a generator of its own seeded with (seed, step): the training batches and a resumed run's
+    draws are unchanged. A stream shorter than a window gives one window of all of it."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) <= block + 1:
+        return [ids.tolist()] if len(ids) >= 2 else []
+    rng = np.random.default_rng([seed, step, 0xE5A1])
+    offsets = rng.integers(0, len(ids) - block, size=count)
+    return [ids[o : o + block + 1].tolist() for o in offsets]

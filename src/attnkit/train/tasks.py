@@ -67,6 +67,8 @@ class TaskData:
     train_sample: list
     pack: PackSpec | None = None
     stream: StreamWindows | None = None
+    characters: str = ""  # issue 31: every character of the training texts, sorted
+    heldout_ids: np.ndarray | None = None  # a stream run: the held-out tail's ids (--eval-batches)
 
 
 SAMPLE_CHARS = 100_000
@@ -83,7 +85,9 @@ def _prepare_stream(c: TrainConfig, tokenizer: Tokenizer | None) -> TaskData:
     except ValueError as e:
         raise DataError(f"{c.data}: {e}") from None
     sample = part.train[-min(len(part.valid), SAMPLE_CHARS) :]
-    return TaskData("lm", tok, windows, [part.valid], [sample], None, windows)
+    chars = tk.characters([part.train])
+    held = np.array(tk.encode(tok, part.valid), dtype=np.int64)
+    return TaskData("lm", tok, windows, [part.valid], [sample], None, windows, chars, held)
 
 
 def seq2seq_example(tok: Tokenizer, src: str, tgt: str) -> tuple[list[int], list[int]]:
@@ -153,12 +157,14 @@ def prepare(c: TrainConfig, tokenizer: Tokenizer | None = None) -> TaskData:
         if not examples:
             raise DataError(f"{c.data}: the training split has fewer than 2 tokens")
         spec = PackSpec(c.max_len, c.batch_size * (c.block_size + 1)) if c.pack else None
-        return TaskData("lm", tok, examples, held, _sample(train, SAMPLE, c.seed), spec)
+        sample, chars = _sample(train, SAMPLE, c.seed), tk.characters(train)
+        return TaskData("lm", tok, examples, held, sample, spec, characters=chars)
     texts = [s for pair in train for s in pair]
     tok = tokenizer or tk.train(texts, c.tokenizer, c.vocab_size, symbols=c.task in SYNTHETIC)
     examples = [seq2seq_example(tok, s, t) for s, t in train]
     spec = _seq2seq_pack(examples, c) if c.pack else None
-    return TaskData("seq2seq", tok, examples, held, _sample(train, SAMPLE, c.seed), spec)
+    sample, chars = _sample(train, SAMPLE, c.seed), tk.characters(texts)
+    return TaskData("seq2seq", tok, examples, held, sample, spec, characters=chars)
 
 
 def lm_sequences(tok: Tokenizer, line: str, max_len: int) -> list[list[int]]:

@@ -18,6 +18,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 __all__ = [
     "BOS",
+    "CHARACTERS",
     "EOS",
     "KINDS",
     "PAD",
@@ -27,6 +28,8 @@ __all__ = [
     "detokenize",
     "encode",
     "load",
+    "never_generated",
+    "characters",
     "train",
     "unknown_words",
 ]
@@ -38,6 +41,9 @@ WORDS = Regex(r"\n|\w+|[^\w\s]+")
 """Word-level pieces: a newline, a run of word characters, or a run of punctuation
 (``pre_tokenizers.Whitespace``'s pattern plus the newline)."""
 _OPENING = ("(", "[", "{", "'", "\n")
+CHARACTERS = "characters.txt"
+"""Beside ``tokenizer.json`` in a checkpoint: every character of the tokenizer's training text
+(issue 31), which defines an unknown word for byte-level BPE (:func:`unknown_words`)."""
 
 
 def train(
@@ -128,8 +134,35 @@ def detokenize(tokens: list[str]) -> str:
     return "".join(out)
 
 
-def unknown_words(tok: Tokenizer, text: str) -> list[str]:
-    """The pieces of ``text`` (as written) that the tokenizer maps to [UNK]: words outside a
-    word-level vocabulary, unseen characters of a char tokenizer (byte-level BPE has none)."""
+def characters(texts: Iterable[str]) -> str:
+    """Every character of ``texts`` once, sorted (what :data:`CHARACTERS` holds)."""
+    seen: set[str] = set()
+    for t in texts:
+        seen.update(t)
+    return "".join(sorted(seen))
+
+
+def unknown_words(tok: Tokenizer, text: str, seen: str | None = None) -> list[str]:
+    """The pieces of ``text`` (as written) the model never saw in training: words outside a
+    word-level vocabulary and unseen characters of a char tokenizer (both read as [UNK]); for
+    byte-level BPE, which reads any text, the runs of characters outside ``seen`` (the training
+    text's characters, :func:`characters`; None: unknown, nothing reported)."""
+    if isinstance(tok.model, models.BPE):
+        if seen is None:
+            return []
+        known, runs, run = set(seen) | {" ", "\n"}, [], ""
+        for ch in text + " ":
+            if ch in known:
+                runs, run = (runs + [run] if run else runs), ""
+            else:
+                run += ch
+        return runs
     enc = tok.encode(text, add_special_tokens=False)
     return [text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == UNK]
+
+
+def never_generated(tok: Tokenizer) -> tuple[int, ...]:
+    """Ids a model must never write with ``tok`` besides its own banned ids: ``[UNK]`` (a
+    placeholder for input the tokenizer could not read, never text)."""
+    unk = tok.token_to_id("[UNK]")
+    return () if unk is None else (unk,)

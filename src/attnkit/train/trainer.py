@@ -261,6 +261,7 @@ def _train(
                 state=state,
                 heldout=[list(x) if isinstance(x, tuple) else x for x in data.heldout],
                 train_sample=[list(x) if isinstance(x, tuple) else x for x in data.train_sample],
+                characters=data.characters,
             )
             | extra
         )
@@ -276,7 +277,9 @@ def _train(
     def evaluation() -> None:
         """Evaluate (rank 0), log, update best/ and the early-stop count."""
         nonlocal best, states, stop_reason
-        row = evaluate(s.model, data, c, held, step)
+        t_eval = time.monotonic()
+        row = evaluate(s.model, data, c, held, step, best.value)
+        row["eval_s"] = round(time.monotonic() - t_eval, 3)  # shown in the progress line
         best, improved = best.update(row)
         report.evaluation(row, "  (best so far)" if improved else "")
         if improved:

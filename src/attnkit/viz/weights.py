@@ -34,6 +34,7 @@ __all__ = [
     "Seq2SeqAttentions",
     "attention_grid",
     "check_output_path",
+    "lm_attentions",
     "model_attentions",
     "seq2seq_attentions",
     "write_atomic",
@@ -231,6 +232,31 @@ def seq2seq_attentions(model: Any, src: Any, tgt: Any) -> Seq2SeqAttentions:
         "decoder": [layer.self_attn for layer in t.decoder.layers],
         "cross": [layer.multihead_attn for layer in t.decoder.layers],
     }
+    return Seq2SeqAttentions(**_collect(modules, lambda: model(src, tgt)))
+
+
+def lm_attentions(model: Any, ids: Any) -> Any:
+    """Run a :class:`~attnkit.models.lm.TransformerLM` on token ids (1, L) and collect every
+    layer's causal self-attention weights: a float32 tensor (N, H, L, L). As
+    :func:`seq2seq_attentions`, through forward hooks removed afterwards."""
+    import torch
+
+    from attnkit.models.lm import TransformerLM
+
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model: expected a TransformerLM, got {type(model).__name__}")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1:
+        got = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids: expected token ids of shape (1, L), got {got}")
+    modules = {"self": [layer.self_attn for layer in model.layers]}
+    return _collect(modules, lambda: model(ids))["self"]
+
+
+def _collect(modules: dict[str, list], call: Any) -> dict[str, Any]:
+    """Run ``call()`` with every attention module of ``modules`` asked for its weights
+    (``return_weights=True``, forward hooks): name -> (N, H, Lq, Lk) float32 per group."""
+    import torch
+
     found: dict[int, Any] = {}
 
     def ask(module, args, kwargs):
@@ -246,12 +272,11 @@ def seq2seq_attentions(model: Any, src: Any, tgt: Any) -> Seq2SeqAttentions:
                 hooks.append(m.register_forward_pre_hook(ask, with_kwargs=True))
                 hooks.append(m.register_forward_hook(keep, with_kwargs=True))
         with torch.no_grad():  # (not inference_mode: the returned tensors stay usable anywhere)
-            model(src, tgt)
+            call()
     finally:
         for h in hooks:
             h.remove()
-    stacked = {k: torch.stack([found[id(m)] for m in group]) for k, group in modules.items()}
-    return Seq2SeqAttentions(**stacked)
+    return {k: torch.stack([found[id(m)] for m in group]) for k, group in modules.items()}
 
 
 def check_output_path(name: str, path: str | os.PathLike, suffixes: Sequence[str]) -> Path:
