@@ -39,9 +39,9 @@ class Recorder:
             monkeypatch.setattr(b, "run", self._wrap(name, b.run))
 
     def _wrap(self, name, run):
-        def wrapped(call):
+        def wrapped(call, decision):
             self.ran.append(name)
-            return run(call)
+            return run(call, decision)
 
         return wrapped
 
@@ -223,9 +223,9 @@ def test_replaced_backend_is_not_served_from_the_cache(monkeypatch):
     ran = []
 
     class Dense(type(BACKENDS["dense"])):
-        def run(self, call):
+        def run(self, call, decision):
             ran.append(call)
-            return super().run(call)
+            return super().run(call, decision)
 
     monkeypatch.setitem(BACKENDS, "dense", Dense())
     F.scaled_dot_product_attention(q, k, v)
