@@ -32,6 +32,7 @@ Shape legend: ``...`` batch dims (identical for q, k, v), ``Lq``/``Lk`` query/ke
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
@@ -41,7 +42,8 @@ from torch import Tensor
 from attnkit.kernels.call_state import BlockMapKey, CallMemo, DenseMaskKey, NumericsDecision
 from attnkit.kernels.mask_bias import mask_tensors
 from attnkit.kernels.scan import ScanPlan
-from attnkit.masks import Mask
+from attnkit.masks import Intersection, Mask, TensorMask
+from attnkit.masks.blocks import saturate
 
 ScoreKind = Literal["dot", "additive"]
 
@@ -201,8 +203,23 @@ def materialize_for(
     mask: Mask, call: AttentionCall, dtype: torch.dtype | None = None
 ) -> tuple[Tensor, Tensor | None]:
     """Materialise ``mask`` for ``call`` as tensors broadcastable to (..., Lq, Lk); the bias in
-    ``dtype`` (default: the call's), saturated at +-finfo.max (policy P5)."""
+    ``dtype`` (default: the call's), saturated at +-finfo.max (policy P5). A tensor mask is
+    used where it lives (on the call's device), never copied through the host."""
     nb, mb = len(call.batch_shape), len(mask.batch_shape)
+    if type(mask) is TensorMask and mask.t.device == call.q.device:
+        t = mask.t
+        if t.dtype == torch.bool:
+            return lift_mask_tensor(t, mb, nb), None
+        allowed = lift_mask_tensor(t != -math.inf, mb, nb)
+        bias = saturate(torch.where(allowed, lift_mask_tensor(t, mb, nb), 0), dtype or call.dtype)
+        return allowed, bias
+    if type(mask) is Intersection and any(type(p) is TensorMask for p in mask.leaves()):
+        (a, ba), (b, bb) = (materialize_for(p, call, dtype) for p in mask.parts)
+        biases = [x for x in (ba, bb) if x is not None]
+        if len(biases) == 2:  # biases add up; a sum beyond the dtype saturates (P5)
+            big = torch.finfo(biases[0].dtype).max
+            biases = [(biases[0] + biases[1]).clamp(-big, big)]
+        return a & b, (biases[0] if biases else None)
     allowed = mask.materialize(call.q_len, call.kv_len).to(call.q.device)
     allowed = lift_mask_tensor(allowed, mb, nb)
     bias = mask.materialize_bias(call.q_len, call.kv_len, dtype or call.dtype)

@@ -282,6 +282,17 @@ def nonfinite_rows(call: AttentionCall) -> Tensor:
     return torch.cat(parts, dim=-1)
 
 
+def device_bad_rows(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> Tensor:
+    """Bool (..., Lq, 1), on the device, without a host sync: the output rows that are not
+    finite (an overflow, or a NaN/inf the kernel passed on), or every row when q, k or v holds
+    a NaN or +-inf anywhere (one max|x| reduction per tensor, in float32; inputs whose max|x|
+    sum reaches float32's range count as non-finite)."""
+    flag = sum(
+        torch.linalg.vector_norm(t.detach(), math.inf, dtype=torch.float32) for t in (q, k, v)
+    )
+    return ~(torch.isfinite(out).all(-1, keepdim=True) & torch.isfinite(flag))
+
+
 def prepare(
     call: AttentionCall, kernel_checks: bool = False, warn: bool = True
 ) -> tuple[AttentionCall, NumericsDecision]:
@@ -313,7 +324,7 @@ def finish(
     if weights is not None and weights.dtype != call.dtype:
         weights = weights.to(call.dtype)
     if d.checked == "device":
-        bad = ~torch.isfinite(out).all(-1, keepdim=True)
+        bad = device_bad_rows(call.q, call.k, call.v, out)
     elif not d.finite:
         bad = nonfinite_rows(call)[..., None]
     else:

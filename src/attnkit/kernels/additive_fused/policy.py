@@ -180,7 +180,8 @@ def finish(
     out = out.to(call.dtype)
     weights = None if weights is None else weights.to(call.dtype)
     if d.checked == "device":
-        bad = ~torch.isfinite(out).all(-1, keepdim=True)
+        bad = numerics.device_bad_rows(call.q, call.k, call.v, out)
+        bad = bad | numerics.device_bad_rows(call.w_q, call.w_k, call.w_v, out)
     elif not d.finite:
         bad = nonfinite_rows(call)
         if not all(bool(torch.isfinite(t).all()) for t in (call.w_q, call.w_k, call.w_v)):
