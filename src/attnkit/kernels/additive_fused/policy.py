@@ -57,7 +57,7 @@ def input_stats(call: AttentionCall) -> dict[str, float]:
     names = ("q", "w_q", "k", "w_k", "v")
     parts = [torch.stack(torch.aminmax(getattr(call, n).detach())).double() for n in names]
     parts.append(call.w_v.detach().abs().sum(dtype=torch.float64).reshape(1))
-    parts.append(nonfinite_bias(call.mask).double().reshape(1).to(call.q.device))
+    parts.append(nonfinite_bias(call.mask, call.q.device).double().reshape(1).to(call.q.device))
     flat = torch.cat(parts).tolist()  # (min, max) of each of names, then sum|w_v|, bias_bad
     stats = {n: max(abs(flat[2 * i]), abs(flat[2 * i + 1])) for i, n in enumerate(names)}
     for i, n in enumerate(names):
