@@ -158,3 +158,49 @@ def test_cuda_calls_raise_no_sync_error(mask):
     kr, vr = (t.double().cpu().repeat_interleave(4, 1).numpy() for t in (k, v))
     ref = R.scaled_dot_product(q.double().cpu().numpy(), kr, vr, spec).output
     np.testing.assert_allclose(out.double().cpu().numpy(), ref, atol=2e-2, rtol=2e-2)
+
+
+CUDA_KINDS = ["none", "tensor_bool", "tensor_float", "raw_bool", "raw_float_heads", "all_masked"]
+"""Kinds whose mask lives on the device (tensors): no host copy. Mask objects built from
+parameters (windows, documents, ...) are Flex's (issue 29, section 3)."""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", CUDA_KINDS)
+def test_cuda_tensor_masks_without_sync_forward_and_backward(kind, dtype):
+    batch, lq, lk = (2, 3), 33, 70
+    spec = make_case(kind, batch, lq, lk, seed=1)
+    mask = spec.mask
+    if isinstance(mask, torch.Tensor):
+        mask = mask.cuda()
+    q, k, v = (t.detach().cuda().requires_grad_() for t in _qkv(batch, lq, lk, 16, dtype))
+    F.scaled_dot_product_attention(q, k, v, mask)
+    with cuda_sync_errors():
+        out = F.scaled_dot_product_attention(q, k, v, mask)
+        out.backward(torch.ones_like(out))
+    ref = _ref(q, k, v, spec, batch, lq, lk)
+    tol = 2e-5 if dtype == torch.float32 else 2e-2
+    np.testing.assert_allclose(out.detach().double().cpu().numpy(), ref, atol=tol, rtol=tol)
+    assert torch.isfinite(q.grad).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
+def test_cuda_decode_step_with_a_kv_cache_never_syncs():
+    from attnkit.nn import KVCache
+
+    cache = KVCache()
+    g = torch.Generator().manual_seed(5)
+    k, v = (torch.randn(1, 2, 300, 32, generator=g).cuda() for _ in range(2))
+    cache.update(k, v, 300)
+    q = torch.randn(1, 8, 1, 32, generator=g).cuda()
+    k1, v1 = (torch.randn(1, 2, 1, 32, generator=g).cuda() for _ in range(2))
+    with cuda_sync_errors():
+        ck, cv = cache.update(k1, v1, 1)
+        out = F.grouped_query_attention(q, ck, cv, M.causal("bottom_right"))
+    assert ck.device.type == "cuda" and cache._rows.k_max.device.type == "cuda"
+    kr, vr = (t.double().cpu().repeat_interleave(4, 1) for t in (ck, cv))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double().cpu(), kr, vr)
+    torch.testing.assert_close(out.double().cpu(), ref, atol=2e-5, rtol=2e-5)
