@@ -35,10 +35,10 @@ def device_info() -> dict:
     )
 
 
-def gpu_times(
-    fns: dict[str, Callable[[], object]], warmup: int = 3, reps: int = 20
+def _interleaved(
+    fns: dict[str, Callable[[], object]], warmup: int, reps: int, one: Callable
 ) -> dict[str, float]:
-    """Median GPU time (seconds) of each function, measured alternately with CUDA events."""
+    """Median of ``one(fn)`` (seconds) per function, rounds alternating the order."""
     for f in fns.values():
         for _ in range(warmup):
             f()
@@ -47,13 +47,24 @@ def gpu_times(
     order = list(fns)
     for r in range(reps):
         for k in order if r % 2 == 0 else order[::-1]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fns[k]()
-            end.record()
-            end.synchronize()
-            ts[k].append(start.elapsed_time(end) / 1e3)
+            ts[k].append(one(fns[k]))
     return {k: float(statistics.median(v)) for k, v in ts.items()}
+
+
+def gpu_times(
+    fns: dict[str, Callable[[], object]], warmup: int = 3, reps: int = 20
+) -> dict[str, float]:
+    """Median GPU time (seconds) of each function, measured alternately with CUDA events."""
+
+    def one(fn: Callable[[], object]) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    return _interleaved(fns, warmup, reps, one)
 
 
 def host_times(
@@ -61,20 +72,16 @@ def host_times(
 ) -> dict[str, float]:
     """Median host time per call (seconds): ``calls`` calls enqueued back to back, timed on the
     CPU clock up to the last launch (the GPU work of tiny calls hides behind the host's)."""
-    for f in fns.values():
-        for _ in range(10):
-            f()
-    torch.cuda.synchronize()
-    ts: dict[str, list[float]] = {k: [] for k in fns}
-    order = list(fns)
-    for r in range(reps):
-        for k in order if r % 2 == 0 else order[::-1]:
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fns[k]()
-            ts[k].append((time.perf_counter() - t0) / calls)
-            torch.cuda.synchronize()
-    return {k: float(statistics.median(v)) for k, v in ts.items()}
+
+    def one(fn: Callable[[], object]) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        took = (time.perf_counter() - t0) / calls
+        torch.cuda.synchronize()
+        return took
+
+    return _interleaved(fns, 10, reps, one)
 
 
 def peak_mib(fn: Callable[[], object]) -> float:

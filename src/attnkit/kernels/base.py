@@ -172,6 +172,18 @@ class AttentionCall:
         )
 
 
+def fused_backward_reasons(decision: NumericsDecision) -> list[str]:
+    """Why a backend with a fused, recomputing backward refuses ``decision`` (its scores are too
+    large for that backward to be exact, policy P5), for ``Backend.decision_reasons``."""
+    if decision.fused_backward_ok:
+        return []
+    dtype = str(decision.compute).removeprefix("torch.")
+    return [
+        f"the scores are too large for a fused backward to be exact, even in {dtype} "
+        "(|score| x eps >= 2**-10): an explicit softmax gives exact gradients"
+    ]
+
+
 def repeat_heads(x: Tensor, n: int) -> Tensor:
     """(..., G, L, d) -> (..., n, L, d) with head h a copy of head h // (n / G) (unchecked: G
     divides n); ``x`` itself when G = n. As ``x.repeat_interleave(n // G, dim=-3)``."""

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
-from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
 from attnkit.kernels.call_state import NumericsDecision
 
 DENSE_MASK_LIMIT = 2**26
@@ -136,13 +136,7 @@ class DenseBackend(Backend):
         return _mask_size_reasons(call)
 
     def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
-        if decision.fused_backward_ok:
-            return []
-        return [
-            "the scores are too large for SDPA's fused backward to be exact, even in "
-            f"{str(decision.compute).removeprefix('torch.')} (|score| x eps >= 2**-10): "
-            "an explicit softmax gives exact gradients"
-        ]
+        return fused_backward_reasons(decision)
 
     def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
         return attend(call, decision)

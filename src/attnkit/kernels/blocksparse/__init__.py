@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons, ungrouped
 from attnkit.kernels.blocksparse import softcap
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
@@ -359,13 +359,7 @@ class BlocksparseBackend(Backend):
     fallback = "math"
 
     def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
-        if decision.fused_backward_ok:
-            return []
-        return [
-            "the scores are too large for a fused backward to be exact, even in "
-            f"{str(decision.compute).removeprefix('torch.')} (|score| x eps >= 2**-10): "
-            "an explicit softmax gives exact gradients"
-        ]
+        return fused_backward_reasons(decision)
 
     def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
         if call.grouped and not (
