@@ -136,7 +136,7 @@ class DenseBackend(Backend):
         return _mask_size_reasons(call)
 
     def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
-        return fused_backward_reasons(decision)
+        return [] if decision.fused_backward_ok else fused_backward_reasons(decision)
 
     def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
         return attend(call, decision)

@@ -359,7 +359,7 @@ class BlocksparseBackend(Backend):
     fallback = "math"
 
     def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
-        return fused_backward_reasons(decision)
+        return [] if decision.fused_backward_ok else fused_backward_reasons(decision)
 
     def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
         if call.grouped and not (
