@@ -204,3 +204,22 @@ def test_cuda_decode_step_with_a_kv_cache_never_syncs():
     kr, vr = (t.double().cpu().repeat_interleave(4, 1) for t in (ck, cv))
     ref = torch.nn.functional.scaled_dot_product_attention(q.double().cpu(), kr, vr)
     torch.testing.assert_close(out.double().cpu(), ref, atol=2e-5, rtol=2e-5)
+
+
+def test_sinks_and_softcap_on_the_device_path_read_nothing_back():
+    """Sinks are checked for NaN on the host path (a ValueError); on the device path the check
+    would be a sync, so a NaN sink makes its head's rows NaN; finite ones equal the host path."""
+    q, k, v = _qkv((1, 2), 4, 6)
+    sinks = torch.tensor([0.5, -1.0])
+    kw = dict(sinks=sinks, softcap=5.0, backend="math")  # blocksparse is CPU-only
+    host = F.scaled_dot_product_attention(q, k, v, M.causal(), **kw)
+    with numerics.use_path("device"):
+        F.scaled_dot_product_attention(q, k, v, M.causal(), **kw)
+        with NoHostSync():
+            dev = F.scaled_dot_product_attention(q, k, v, M.causal(), **kw)
+        nan_sink = torch.tensor([math.nan, 0.0])
+        bad = F.scaled_dot_product_attention(q, k, v, sinks=nan_sink, backend="math")
+    torch.testing.assert_close(dev, host, atol=2e-6, rtol=1e-5)
+    assert torch.isnan(bad[:, 0]).all() and not torch.isnan(bad[:, 1]).any()  # its head's rows
+    with pytest.raises(ValueError, match="sinks"):
+        F.scaled_dot_product_attention(q, k, v, sinks=torch.tensor([math.nan, 0.0]))
