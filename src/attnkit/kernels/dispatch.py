@@ -190,8 +190,7 @@ def run(call: AttentionCall, backend: Backend) -> tuple[Tensor, Tensor | None]:
     if res is None:  # the kernel's own check failed: redo the call under the scanned policy
         work, d = policy.prepare(call)
         b, work = _accepting(BACKENDS[b.fallback or "math"], work, d)
-        b, work = b, (work if b.supports_gqa else ungrouped(work))
-        res = b.run(work, d)
+        res = b.run(work if b.supports_gqa else ungrouped(work), d)
         if res is None:
             raise RuntimeError(f"backend: {b.name} handed back a call of a scanned decision")
     return policy.finish(call, d, *res)
