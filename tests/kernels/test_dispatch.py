@@ -330,3 +330,18 @@ def test_the_fallback_runs_on_math_and_matches_it(monkeypatch):
     assert rec.ran == ["math"]  # dispatch handed it over; dense never ran
     ref = F.scaled_dot_product_attention(q.detach(), k, v, backend="math")
     torch.testing.assert_close(out.detach(), ref)
+
+
+@pytest.mark.parametrize("backend", ["blocksparse", "dense", "math"])
+def test_the_policy_runs_once_per_call(monkeypatch, backend):
+    """The policy is one stage of dispatch: one decision per call, asked by dispatch only
+    (blocksparse used to ask it up to seven times per call)."""
+    from attnkit.kernels import numerics
+
+    asked = []
+    real = numerics.decision
+    monkeypatch.setattr(numerics, "decision", lambda call: asked.append(1) or real(call))
+    q, k, v = _qkv(1, 2, 300, 16, grad=True)
+    out = F.scaled_dot_product_attention(q, k, v, M.sliding_window(8), backend=backend)
+    out.sum().backward()
+    assert len(asked) == 1
