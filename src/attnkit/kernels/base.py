@@ -16,7 +16,8 @@ caller of ``run``)::
          ``supports_gqa``), and so on; ``explain_dispatch`` prints these reasons
       3. backend.run(work, decision) -> (out, weights | None), or None when the backend checked
          the policy in its kernel (``kernel_checks``) and it failed: dispatch then redoes the
-         call on ``BACKENDS[backend.fallback]`` under a scanned decision
+         call on ``BACKENDS[backend.fallback]`` under the full decision (``prepare(call)``:
+         the scan on the host path)
       4. numerics.finish(call, decision, out, weights): the call's dtype, P6's NaN rows
 
 ``run(call, decision)`` computes in ``decision.compute`` (a
