@@ -106,6 +106,14 @@ readme-hf: $(STAMP_DEV)
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
 
+# On a machine with a CUDA build of torch (any version): the CUDA tests and the GPU bench rows in
+# a venv on that torch (--system-site-packages, attnkit --no-deps), one table at the end.
+# GPU_PYTHON: the interpreter whose torch sees the GPU.
+GPU_PYTHON ?= $(PY)
+.PHONY: gpu-check
+gpu-check:
+	$(GPU_PYTHON) scripts/gpu_check.py --python $(GPU_PYTHON)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache site
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from attnkit import checks
 from attnkit import tensor_checks as tc
-from attnkit.kernels import dispatch
+from attnkit.kernels import dispatch, numerics
 from attnkit.kernels.base import AttentionCall, Backend, ungrouped
 from attnkit.kernels.dispatch import CACHE, Choice, mask_key
 from attnkit.kernels.scan import plan3
@@ -156,7 +156,11 @@ def check_softcap_sinks(
 def finite_sinks(sinks: Tensor) -> Tensor:
     """``sinks`` (H,) when every logit is finite; ValueError naming ``sinks`` otherwise (a NaN
     sink would make its head's output NaN, as :mod:`attnkit.reference` refuses it too). Checked
-    on every call, remembered signatures included: the values change between calls."""
+    on every call, remembered signatures included: the values change between calls; not on the
+    policy's device path (:func:`attnkit.kernels.numerics.device_path`), where reading the
+    check back would be a host sync and a non-finite sink shows as NaN rows instead."""
+    if numerics.device_path(sinks.device):
+        return sinks
     if not bool(torch.isfinite(sinks).all()):
         raise ValueError(f"sinks: expected finite logits, got {checks.show(sinks.detach())}")
     return sinks

@@ -38,11 +38,10 @@ from attnkit import checks
 from attnkit import tensor_checks as tc
 from attnkit.calls import check_mask
 from attnkit.heads import merge_heads, repeat_kv_heads, split_heads
-from attnkit.kernels import dispatch
+from attnkit.kernels import dispatch, numerics
 from attnkit.kernels.additive_fused import policy as additive_policy
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.dispatch import Dispatch
-from attnkit.kernels.numerics import float64_reason
 from attnkit.masks import Mask
 
 __all__ = [
@@ -107,7 +106,7 @@ def scaled_dot_product_attention(
     call, b = C.dot_call(
         q, k, v, mask, scale, dropout_p, return_weights, backend, True, softcap, sinks
     )
-    out, weights = b.run(call)
+    out, weights = dispatch.run(call, b)
     return (out, weights) if return_weights else out
 
 
@@ -124,7 +123,7 @@ def dot_product_attention(
     """Unscaled dot-product attention softmax(q kᵀ + mask) v (seed 004); shapes as in
     :func:`scaled_dot_product_attention`."""
     call, b = C.dot_call(q, k, v, mask, None, dropout_p, return_weights, backend, False)
-    out, weights = b.run(call)
+    out, weights = dispatch.run(call, b)
     return (out, weights) if return_weights else out
 
 
@@ -180,7 +179,7 @@ def additive_attention(
         output (..., Lq, dv) [, weights (..., Lq, Lk)].
     """
     call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
-    out, weights = dispatch.select(call, backend).run(call)
+    out, weights = dispatch.run(call, dispatch.select(call, backend))
     return (out, weights) if return_weights else out
 
 
@@ -229,16 +228,17 @@ def explain_dispatch(
             )
         call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
     d = dispatch.explain(call, backend)
-    reason = None
-    if d.chosen is not None and kind == "dot":
-        reason = float64_reason(call)
-    elif d.chosen is not None:
-        reason = additive_policy.float64_reason(call, additive_policy.input_stats(call))
+    reason, falls = None, ()
+    if d.chosen is not None:
+        policy = numerics if kind == "dot" else additive_policy
+        decision = policy.prepare(call, warn=False)[1]
+        reason, falls = decision.float64_reason, dispatch.fallbacks(call, d.chosen, decision)
     return Explanation(
         d.chosen,
         d.reasons,
         d.requested,
         d.notes,
+        falls,
         precision=None if reason is None else str(reason),
     )
 
@@ -296,7 +296,7 @@ def grouped_query_attention(
     call, b = C.grouped_call(
         q, k, v, mask, scale, dropout_p, return_weights, backend, softcap, sinks
     )
-    out, weights = b.run(call)
+    out, weights = dispatch.run(call, b)
     return (out, weights) if return_weights else out
 
 
@@ -398,7 +398,7 @@ def multi_head_attention(
         kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
         softcap=cap, sinks=sinks,
     )  # fmt: skip
-    out, weights = b.run(C.grouped_for(b, call))
+    out, weights = dispatch.run(C.grouped_for(b, call), b)
     out = f(merge_heads(out), w_o, b_o)
     if weights is not None and avg:
         weights = weights.mean(dim=1)

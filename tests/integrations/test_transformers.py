@@ -329,7 +329,7 @@ def test_a_forced_backend_is_used(monkeypatch):
 
     math_backend, used = BACKENDS["math"], []
     real_run = math_backend.run
-    monkeypatch.setattr(math_backend, "run", lambda call: used.append(1) or real_run(call))
+    monkeypatch.setattr(math_backend, "run", lambda call, d: used.append(1) or real_run(call, d))
     assert ak_hf.register("attnkit-math", backend="math") == "attnkit-math"
     eager, ours = M.pair("mistral")
     ours.set_attn_implementation("attnkit-math")

@@ -16,6 +16,7 @@ import attnkit.kernels.blocksparse as bs
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference
+from attnkit.kernels import dispatch
 from attnkit.kernels.base import AttentionCall
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 2e-2}
@@ -52,7 +53,7 @@ def run_blocksparse(q, k, v, mask, block_q, block_kv, scale=None):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     backend = bs.BlocksparseBackend(block_q, block_kv, min_empty=0.0)
     call = AttentionCall("dot", q, k, v, mask=mask, scale=scale)
-    out, weights = backend.run(call)
+    out, weights = dispatch.run(call, backend)
     assert weights is None
     return out
 

@@ -39,9 +39,9 @@ class Recorder:
             monkeypatch.setattr(b, "run", self._wrap(name, b.run))
 
     def _wrap(self, name, run):
-        def wrapped(call):
+        def wrapped(call, decision):
             self.ran.append(name)
-            return run(call)
+            return run(call, decision)
 
         return wrapped
 
@@ -223,9 +223,9 @@ def test_replaced_backend_is_not_served_from_the_cache(monkeypatch):
     ran = []
 
     class Dense(type(BACKENDS["dense"])):
-        def run(self, call):
+        def run(self, call, decision):
             ran.append(call)
-            return super().run(call)
+            return super().run(call, decision)
 
     monkeypatch.setitem(BACKENDS, "dense", Dense())
     F.scaled_dot_product_attention(q, k, v)
@@ -303,3 +303,45 @@ def test_return_weights_too_large_raises_and_explains():
     assert msg.startswith("return_weights") and f"{lq * 4096:,}" in msg
     assert "slice" in msg  # says how to ask for fewer
     F.scaled_dot_product_attention(q[:5], k, k, return_weights=True)  # a slice is fine
+
+
+def test_explain_lists_the_fallbacks_the_policy_decides():
+    """dense hands a call whose scores are too large for a fused backward to math (the policy
+    stage's decision), and explain_dispatch says so; decode says where a failed step goes."""
+    q, k, v = (t * 1e17 for t in _qkv(1, 2, 4, 8))
+    q.requires_grad_()
+    d = F.explain_dispatch(q, k, v, backend="dense")
+    assert d.chosen == "dense"
+    assert any(f.startswith("dense hands the call to math") for f in d.fallbacks), d.fallbacks
+    assert "fallback: dense hands the call to math" in str(d)
+    q2 = _qkv(1, 2, 1, 8)[0]
+    k2, v2 = _qkv(1, 2, 2048, 8, seed=1)[1:]
+    d = F.explain_dispatch(q2, k2, v2, backend="decode")
+    assert any("redone on dense" in f for f in d.fallbacks), d.fallbacks
+    plain = F.explain_dispatch(*_qkv(1, 2, 4, 8))
+    assert plain.fallbacks == ()
+
+
+def test_the_fallback_runs_on_math_and_matches_it(monkeypatch):
+    q, k, v = (t * 1e17 for t in _qkv(1, 2, 4, 8, dtype=torch.float64))
+    q = q.detach().requires_grad_()
+    rec = Recorder(monkeypatch)
+    out = F.scaled_dot_product_attention(q, k, v, backend="dense")
+    assert rec.ran == ["math"]  # dispatch handed it over; dense never ran
+    ref = F.scaled_dot_product_attention(q.detach(), k, v, backend="math")
+    torch.testing.assert_close(out.detach(), ref)
+
+
+@pytest.mark.parametrize("backend", ["blocksparse", "dense", "math"])
+def test_the_policy_runs_once_per_call(monkeypatch, backend):
+    """The policy is one stage of dispatch: one decision per call, asked by dispatch only
+    (blocksparse used to ask it up to seven times per call)."""
+    from attnkit.kernels import numerics
+
+    asked = []
+    real = numerics.decision
+    monkeypatch.setattr(numerics, "decision", lambda call: asked.append(1) or real(call))
+    q, k, v = _qkv(1, 2, 300, 16, grad=True)
+    out = F.scaled_dot_product_attention(q, k, v, M.sliding_window(8), backend=backend)
+    out.sum().backward()
+    assert len(asked) == 1

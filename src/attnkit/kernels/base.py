@@ -4,22 +4,47 @@ A call reaches a backend as one :class:`AttentionCall` (validated, normalised in
 backend is a :class:`Backend` that says, for a call, every reason it cannot serve it
 (:meth:`Backend.not_supported_reasons`, empty = can serve) and runs it (:meth:`Backend.run`).
 
+The interface between dispatch and a backend (:func:`attnkit.kernels.dispatch.run` is the only
+caller of ``run``)::
+
+    dispatch.run(call, backend)
+      1. numerics.prepare(call, backend.kernel_checks) -> (work, decision)   once per call
+         (additive calls: additive_fused.policy.prepare); ``work`` is ``call`` with non-finite
+         q, k, v replaced by 0 when ``decision.finite`` is False
+      2. backend.decision_reasons(work, decision): non-empty -> dispatch hands the call to
+         ``BACKENDS[backend.fallback]`` (k, v repeated to H heads when that one lacks
+         ``supports_gqa``), and so on; ``explain_dispatch`` prints these reasons
+      3. backend.run(work, decision) -> (out, weights | None), or None when the backend checked
+         the policy in its kernel (``kernel_checks``) and it failed: dispatch then redoes the
+         call on ``BACKENDS[backend.fallback]`` under the full decision (``prepare(call)``:
+         the scan on the host path)
+      4. numerics.finish(call, decision, out, weights): the call's dtype, P6's NaN rows
+
+``run(call, decision)`` computes in ``decision.compute`` (a
+:class:`~attnkit.kernels.call_state.NumericsDecision`: compute dtype, finite, fused_backward_ok,
+float64_reason, checked), never asks the policy itself, never falls back to another backend
+itself, and on ``decision.checked == "device"`` never reads a tensor value back to the host
+(``.item()``, ``.tolist()``, ``bool(t)``, ``.cpu()``): P1 by device-side selects. It may return
+the output in ``decision.compute`` or the call's dtype (step 4 rounds it).
+
 Shape legend: ``...`` batch dims (identical for q, k, v), ``Lq``/``Lk`` query/key lengths,
 ``dk`` query/key width, ``dv`` value width, ``h`` hidden width of additive attention.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
-from attnkit.kernels.call_state import BlockMapKey, CallMemo, DenseMaskKey
+from attnkit.kernels.call_state import BlockMapKey, CallMemo, DenseMaskKey, NumericsDecision
 from attnkit.kernels.mask_bias import mask_tensors
 from attnkit.kernels.scan import ScanPlan
-from attnkit.masks import Mask
+from attnkit.masks import Intersection, Mask, TensorMask
+from attnkit.masks.blocks import saturate
 
 ScoreKind = Literal["dot", "additive"]
 
@@ -148,6 +173,18 @@ class AttentionCall:
         )
 
 
+def fused_backward_reasons(decision: NumericsDecision) -> list[str]:
+    """Why a backend with a fused, recomputing backward refuses ``decision`` (its scores are too
+    large for that backward to be exact, policy P5), for ``Backend.decision_reasons``."""
+    if decision.fused_backward_ok:
+        return []
+    dtype = str(decision.compute).removeprefix("torch.")
+    return [
+        f"the scores are too large for a fused backward to be exact, even in {dtype} "
+        "(|score| x eps >= 2**-10): an explicit softmax gives exact gradients"
+    ]
+
+
 def repeat_heads(x: Tensor, n: int) -> Tensor:
     """(..., G, L, d) -> (..., n, L, d) with head h a copy of head h // (n / G) (unchecked: G
     divides n); ``x`` itself when G = n. As ``x.repeat_interleave(n // G, dim=-3)``."""
@@ -179,8 +216,23 @@ def materialize_for(
     mask: Mask, call: AttentionCall, dtype: torch.dtype | None = None
 ) -> tuple[Tensor, Tensor | None]:
     """Materialise ``mask`` for ``call`` as tensors broadcastable to (..., Lq, Lk); the bias in
-    ``dtype`` (default: the call's), saturated at +-finfo.max (policy P5)."""
+    ``dtype`` (default: the call's), saturated at +-finfo.max (policy P5). A tensor mask is
+    used where it lives (on the call's device), never copied through the host."""
     nb, mb = len(call.batch_shape), len(mask.batch_shape)
+    if type(mask) is TensorMask and mask.t.device == call.q.device:
+        t = mask.t
+        if t.dtype == torch.bool:
+            return lift_mask_tensor(t, mb, nb), None
+        allowed = lift_mask_tensor(t != -math.inf, mb, nb)
+        bias = saturate(torch.where(allowed, lift_mask_tensor(t, mb, nb), 0), dtype or call.dtype)
+        return allowed, bias
+    if type(mask) is Intersection and any(type(p) is TensorMask for p in mask.leaves()):
+        (a, ba), (b, bb) = (materialize_for(p, call, dtype) for p in mask.parts)
+        biases = [x for x in (ba, bb) if x is not None]
+        if len(biases) == 2:  # biases add up; a sum beyond the dtype saturates (P5)
+            big = torch.finfo(biases[0].dtype).max
+            biases = [(biases[0] + biases[1]).clamp(-big, big)]
+        return a & b, (biases[0] if biases else None)
     allowed = mask.materialize(call.q_len, call.kv_len).to(call.q.device)
     allowed = lift_mask_tensor(allowed, mb, nb)
     bias = mask.materialize_bias(call.q_len, call.kv_len, dtype or call.dtype)
@@ -206,6 +258,12 @@ class Backend:
     """Applies ``softcap`` (c * tanh(s / c) on the scaled scores, before mask and bias)."""
     supports_sinks: ClassVar[bool] = False
     """Applies ``sinks`` (one logit per query head in every row's softmax denominator)."""
+    kernel_checks: ClassVar[bool] = False
+    """Checks P5/P6 inside its kernel: gets a decision without the input scan, and returns None
+    from :meth:`run` when the check fails (dispatch redoes the call on ``fallback``)."""
+    fallback: ClassVar[str | None] = None
+    """The backend dispatch hands a call to when :meth:`decision_reasons` refuses the decision,
+    or :meth:`run` returns None."""
 
     def available(self) -> str | None:
         """None when usable in this installation, else the reason it is not."""
@@ -256,6 +314,19 @@ class Backend:
         (``explain_dispatch`` prints them); empty otherwise."""
         return []
 
-    def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
-        """Compute (output (..., Lq, dv), weights (..., Lq, Lk) or None)."""
+    def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
+        """Reasons this backend cannot run ``call`` under the policy's ``decision`` (e.g. a
+        fused backward that would be inexact): dispatch then hands it to ``fallback``."""
+        return []
+
+    def fallback_notes(self, call: AttentionCall) -> list[str]:
+        """When the backend may hand a call back at run time (``kernel_checks``): what then
+        happens, for ``explain_dispatch``; empty otherwise."""
+        return []
+
+    def run(
+        self, call: AttentionCall, decision: NumericsDecision
+    ) -> tuple[Tensor, Tensor | None] | None:
+        """Compute (output (..., Lq, dv), weights (..., Lq, Lk) or None) under ``decision``
+        (the module docstring says what dispatch did before and does after)."""
         raise NotImplementedError

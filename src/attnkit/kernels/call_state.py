@@ -6,13 +6,16 @@ A call's path (drawn in ``docs/architecture.md``)::
       (user args)   (validation,        (q, k, v, mask, options; memo: CallMemo)
                      or a remembered
                      Choice + ScanPlan)
-    Backend.run ── numerics.decision ──▶ NumericsDecision ── run_dot ──▶ kernel(call, compute)
-                   (input scan with the call's ScanPlan)        block map ──▶ backend plan
+    dispatch.run ── numerics.prepare ──▶ (call, NumericsDecision) ── Backend.run(call, decision)
+                    (input scan with the call's ScanPlan,          block map ──▶ backend plan
+                     or no scan: the device path)
+                 ── numerics.finish ──▶ (output, weights)
 
 Each stage returns a value the next one reads by name: validation the frozen
 :class:`~attnkit.kernels.base.AttentionCall`; the policy's input scan reads the
 :class:`~attnkit.kernels.scan.ScanPlan` dispatch remembered for the signature; the policy
-decides a :class:`NumericsDecision`; the mask's block map (``call.block_map(bq, bkv)``) and a
+(one stage of dispatch, run once per call) decides a :class:`NumericsDecision` and hands it to
+the backend; the mask's block map (``call.block_map(bq, bkv)``) and a
 backend's plan (blocksparse's ``Plan``, additive's ``MaskTiles``) follow.
 
 What a stage computed once and a later stage of the *same call* reads again lives in the
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import torch
 from torch import Tensor
@@ -38,24 +41,40 @@ __all__ = ["BlockMapKey", "CallMemo", "DenseMaskKey", "MemoKey", "NumericsDecisi
 
 E = TypeVar("E")
 
+Checked = Literal["scan", "device", "kernel"]
+"""How a :class:`NumericsDecision` was reached (see its ``checked`` field)."""
+
 
 @dataclass(frozen=True)
 class NumericsDecision:
-    """How the NaN/inf/overflow policy (:mod:`attnkit.kernels.numerics`) runs one dot-product
-    call, decided once from its input scan.
+    """How the NaN/inf/overflow policy (:mod:`attnkit.kernels.numerics`, or the additive one of
+    :mod:`attnkit.kernels.additive_fused.policy`) runs one call: decided once per call by
+    dispatch's policy stage and handed to ``Backend.run(call, decision)``.
 
     compute: the dtype scores, softmax and accumulation use (P4; float64 when P5 says so).
-    finite: q, k and v hold no NaN or +-inf (False: P6 replaces them and sets rows to NaN).
+    finite: q, k and v hold no NaN or +-inf (False: P6 replaced them by 0 in the call the
+        backend receives, and sets the rows that read them to NaN afterwards). True when the
+        values were not read (``checked`` "device" or "kernel").
     fused_backward_ok: a fused backward (which recomputes exp(s - logsumexp)) is exact for the
         call's scores in ``compute``; False: backends differentiate an explicit softmax.
     float64_reason: why ``compute`` is float64 for a call of a lower precision (what the
         :class:`~attnkit.kernels.precision.PrecisionWarning` says), else None.
+    checked: how the decision was reached.
+        "scan": from an exact host-side scan of the inputs (CPU; every promise P1-P6 as the
+        conventions guide states it).
+        "device": from the dtype and device alone, without reading a value back to the host
+        (CUDA and other accelerators): the backend keeps P1 with device-side selects, and the
+        policy's last step sets every output row that is not finite to NaN
+        (:func:`attnkit.kernels.numerics.finish`).
+        "kernel": the backend checks P5/P6 itself while it computes (``decode``) and returns
+        None when they fail; dispatch then redoes the call under a "scan" decision.
     """
 
     compute: torch.dtype
     finite: bool
     fused_backward_ok: bool = True
     float64_reason: Float64Reason | None = None
+    checked: Checked = "scan"
 
 
 class MemoKey(Generic[E]):

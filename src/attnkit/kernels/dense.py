@@ -1,16 +1,18 @@
 """``dense``: PyTorch's fused ``scaled_dot_product_attention``.
 
-Dot-product scores; no mask, the top-left causal mask (SDPA's ``is_causal``), or a mask small
-enough to materialise (at most DENSE_MASK_LIMIT entries). Rows that a mask leaves without any
-key are computed with a harmless mask and then zeroed, so they give 0, not NaN. The NaN/inf
-policy of :mod:`attnkit.kernels.numerics` applies: half types keep their bias in float32 (SDPA
-computes in float32 for them), overflowing calls run in float64.
+Dot-product scores; no mask, the causal masks (top-left: SDPA's ``is_causal=True``;
+bottom-right with Lq <= Lk: ``torch.nn.attention.bias.causal_lower_right``, never a
+materialised mask), or a mask small enough to materialise (at most DENSE_MASK_LIMIT entries).
+Rows that a mask leaves without any key are computed with a harmless mask and then zeroed, so
+they give 0, not NaN (on the policy's device path by a device-side select, without reading
+back whether any row is empty). The NaN/inf policy of :mod:`attnkit.kernels.numerics` is
+dispatch's stage: half types keep their bias in float32 (SDPA computes in float32 for them),
+overflowing calls run in float64; a call whose scores are too large for SDPA's fused backward
+is handed to ``math`` (:meth:`DenseBackend.decision_reasons`).
 
 Grouped-query calls (k, v with G < H heads) run on SDPA's ``enable_gqa=True``: PyTorch's CPU
 flash kernel reads key/value head h // (H / G) for query head h, forward and backward, without
-copying k and v. The rare calls that leave the fused path (non-finite inputs, scores too large
-for a fused backward) get k and v repeated to H heads first
-(:func:`attnkit.kernels.base.ungrouped`).
+copying k and v (on CUDA too: decode steps against a long cache take this path, no repeat).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention.bias import causal_lower_right
 
-from attnkit.kernels.base import AttentionCall, Backend, ungrouped
-from attnkit.kernels.numerics import fused_backward_ok, numerics, run_dot
-from attnkit.kernels.torch_math import plain_attention
+from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
+from attnkit.kernels.call_state import NumericsDecision
 
 DENSE_MASK_LIMIT = 2**26
 """Most entries of a materialised mask the dense backend accepts (64 Mi bools)."""
@@ -39,6 +41,17 @@ def is_plain_causal(mask: object) -> bool:
     return type(mask).__name__ == "causal" and getattr(mask, "alignment", None) == "top_left"
 
 
+def causal_alignment(mask: object) -> str | None:
+    """ "top_left" or "bottom_right" when ``mask`` is a plain causal mask (a band lo = -inf,
+    hi = 0 without a bias or batch dims), else None."""
+    if mask is None or getattr(mask, "has_bias", True) or getattr(mask, "batch_shape", ()):
+        return None
+    band = mask.as_band()
+    if band is None or band.lo != -math.inf or band.hi != 0:
+        return None
+    return band.alignment
+
+
 def compact(t: Tensor) -> Tensor:
     """``t`` with every expanded dim but the last (stride 0, e.g. a key padding mask's query
     dim) narrowed to size 1: the same entries, broadcastable to ``t``'s shape, without repeats."""
@@ -49,21 +62,22 @@ def compact(t: Tensor) -> Tensor:
     return out
 
 
-def open_empty_rows(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
+def open_empty_rows(allowed: Tensor, host: bool = True) -> tuple[Tensor, Tensor | None]:
     """(allowed with every key opened in rows that have none, row_ok (..., n, 1) bool or None
     when every row has a key). Attend with the opened mask, then zero the rows not in row_ok:
     a row with no allowed key gives 0, not NaN (P1). Expanded dims are reduced once
-    (:func:`compact`), not once per repeat."""
+    (:func:`compact`), not once per repeat. ``host`` False (the policy's device path): never
+    reads back whether every row has a key (row_ok is always returned)."""
     row_ok = compact(allowed).any(dim=-1, keepdim=True)
-    if bool(row_ok.all()):
+    if host and bool(row_ok.all()):
         return allowed, None
     row_ok = row_ok.expand(allowed.shape[:-1] + (1,))
     return allowed | ~row_ok, row_ok
 
 
-def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
-    if not fused_backward_ok(call):  # scores too large for SDPA's fused backward, even in float64
-        return plain_attention(call, compute)[0], None  # explicit softmax: exact gradients
+def attend(call: AttentionCall, d: NumericsDecision) -> tuple[Tensor, None]:
+    """SDPA on the call under the policy's decision ``d`` (compute dtype; device path)."""
+    compute = d.compute
     q, k, v = call.q, call.k, call.v
     if compute == torch.float64 and q.dtype != torch.float64:  # P5: overflowing scores
         q, k, v = q.double(), k.double(), v.double()
@@ -78,8 +92,11 @@ def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
         return F.scaled_dot_product_attention(q, k, v, **kw), None
     if is_plain_causal(call.mask):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw), None
+    if call.q_len <= call.kv_len and causal_alignment(call.mask) == "bottom_right":
+        bias = causal_lower_right(call.q_len, call.kv_len)  # every row has a key (P1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **kw), None
     allowed, bias = call.dense_mask(torch.promote_types(compute, q.dtype))
-    allowed, row_ok = open_empty_rows(allowed)
+    allowed, row_ok = open_empty_rows(allowed, host=d.checked != "device")
     if bias is None:  # additive 0 / -inf on the distinct entries: SDPA broadcasts it, while a
         # bool mask it would first turn into a float mask of the full (..., Lq, Lk) shape
         a = compact(allowed)
@@ -92,6 +109,20 @@ def _dense(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
     return out, None
 
 
+def _mask_size_reasons(call: AttentionCall) -> list[str]:
+    """Why the call's mask is too large to materialise, if it is (none for the causal masks
+    SDPA takes without a materialised mask)."""
+    mask = call.mask
+    if mask is None or is_plain_causal(mask):
+        return []
+    if call.q_len <= call.kv_len and causal_alignment(mask) == "bottom_right":
+        return []
+    n = math.prod(mask.batch_shape) * call.q_len * call.kv_len
+    if n > DENSE_MASK_LIMIT:
+        return [f"mask would materialise {n:,} entries (> {DENSE_MASK_LIMIT:,})"]
+    return []
+
+
 class DenseBackend(Backend):
     name = "dense"
     kinds = ("dot",)
@@ -99,19 +130,13 @@ class DenseBackend(Backend):
     devices = ("cpu", "cuda", "mps")
     supports_dropout = True
     supports_gqa = True
+    fallback = "math"
 
     def extra_reasons(self, call: AttentionCall) -> list[str]:
-        if call.mask is None or is_plain_causal(call.mask):
-            return []
-        n = 1
-        for s in call.mask.batch_shape:
-            n *= s
-        n *= call.q_len * call.kv_len
-        if n > DENSE_MASK_LIMIT:
-            return [f"mask would materialise {n:,} entries (> {DENSE_MASK_LIMIT:,})"]
-        return []
+        return _mask_size_reasons(call)
 
-    def run(self, call: AttentionCall) -> tuple[Tensor, None]:
-        if call.grouped and not (numerics(call)[1] and fused_backward_ok(call)):
-            call = ungrouped(call)  # the policy's and the plain-softmax paths need H heads
-        return run_dot(call, _dense)
+    def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
+        return [] if decision.fused_backward_ok else fused_backward_reasons(decision)
+
+    def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
+        return attend(call, decision)

@@ -7,6 +7,13 @@ the call's score kind and take the first backend whose ``not_supported_reasons``
 here. Reasons are formatted in one place, :meth:`Dispatch.__str__`, which is also the text of
 every "cannot serve" error.
 
+Running: :func:`run` is the one caller of ``Backend.run``. It runs the numerics policy once per
+call as one stage (:func:`attnkit.kernels.numerics.prepare` / ``finish``, the additive policy
+for additive calls), hands the backend the typed decision, and alone does fallbacks: a backend
+that refuses the decision (``Backend.decision_reasons``) or hands the call back (a failed
+in-kernel check) passes it to its ``fallback``; :func:`fallbacks` says so in words, which
+``explain_dispatch`` prints.
+
 Cheap: the per-call cost of choosing is paid once per *call signature*. :class:`ChoiceCache`
 remembers the outcome of validation and selection under a key built from everything that
 validation and a backend's reasons may read: tensor types, shapes, strides, dtypes, devices,
@@ -23,7 +30,10 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels import numerics
+from attnkit.kernels.additive_fused import policy as additive_policy
+from attnkit.kernels.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels.call_state import NumericsDecision
 from attnkit.kernels.mask_bias import mask_tensors
 from attnkit.kernels.registry import BACKENDS
 from attnkit.kernels.scan import ScanPlan
@@ -40,15 +50,17 @@ __all__ = [
     "check_weights_limit",
     "clear_cache",
     "explain",
+    "fallbacks",
     "mask_key",
     "preference",
+    "run",
     "select",
     "tensor_key",
 ]
 
 PREFERENCE: dict[str, tuple[str, ...]] = {
     "dot": ("decode", "blocksparse", "dense", "math"),
-    "additive": ("additive_fused", "math"),
+    "additive": ("additive_fused", "additive_chunked", "math"),
 }
 """Per score kind, the order in which ``backend="auto"`` tries the backends."""
 
@@ -73,10 +85,14 @@ class Dispatch:
     requested: str = "auto"
     notes: tuple[str, ...] = ()
     """Why ``auto`` chose ``chosen`` when a tuned constant decided (:mod:`.tuning`)."""
+    fallbacks: tuple[str, ...] = ()
+    """Where the chosen backend hands the call under the policy's decision, and why
+    (:func:`fallbacks`)."""
 
     def __str__(self) -> str:
         lines = [f"backend: {self.chosen or 'none'} (requested: {self.requested})"]
         lines += [f"  {self.chosen}: chosen: {n}" for n in self.notes]
+        lines += [f"  fallback: {n}" for n in self.fallbacks]
         for name, why in self.reasons.items():
             if name == self.chosen:
                 continue
@@ -143,6 +159,56 @@ def select(call: AttentionCall, backend: str = "auto") -> Backend:
         if not b.not_supported_reasons(call):
             return b
     raise explain(call, backend).error()
+
+
+# ---------------------------------------------------------------------------------------------
+# running: the policy stage and the fallbacks
+# ---------------------------------------------------------------------------------------------
+def _accepting(
+    b: Backend, call: AttentionCall, d: NumericsDecision
+) -> tuple[Backend, AttentionCall]:
+    """The first of ``b`` and its fallbacks that runs ``call`` under ``d`` (k and v repeated to
+    q's heads for a fallback without ``supports_gqa``)."""
+    if not b.decision_reasons(call, d):
+        return b, call  # the common case: the chosen backend accepts the decision
+    for _ in range(len(BACKENDS)):
+        if b.fallback is None:
+            break
+        b = BACKENDS[b.fallback]
+        if not b.decision_reasons(call, d):
+            return b, (call if b.supports_gqa else ungrouped(call))
+    raise RuntimeError(f"backend: no fallback accepts the policy's decision {d}")
+
+
+def run(call: AttentionCall, backend: Backend) -> tuple[Tensor, Tensor | None]:
+    """(output, weights or None) of ``call`` on ``backend`` (chosen by :func:`select`), under
+    the numerics policy run once as a stage (``kernels/base.py`` describes the four steps)."""
+    policy = numerics if call.kind == "dot" else additive_policy
+    work, d = policy.prepare(call, backend.kernel_checks)
+    b, work = _accepting(backend, work, d)
+    res = b.run(work, d)
+    if res is None:  # the kernel's own check failed: redo the call under the scanned policy
+        work, d = policy.prepare(call)
+        b, work = _accepting(BACKENDS[b.fallback or "math"], work, d)
+        res = b.run(work if b.supports_gqa else ungrouped(work), d)
+        if res is None:
+            raise RuntimeError(f"backend: {b.name} handed back a call of a scanned decision")
+    return policy.finish(call, d, *res)
+
+
+def fallbacks(call: AttentionCall, chosen: str, d: NumericsDecision) -> tuple[str, ...]:
+    """In words: where backend ``chosen`` hands ``call`` under decision ``d``
+    (``decision_reasons`` along the fallback chain) or may hand it at run time
+    (``fallback_notes``)."""
+    out, b = [], BACKENDS[chosen]
+    out += [f"{b.name}: {n}" for n in b.fallback_notes(call)]
+    for _ in range(len(BACKENDS)):
+        why = b.decision_reasons(call, d)
+        if not why or b.fallback is None:
+            break
+        out.append(f"{b.name} hands the call to {b.fallback}: " + "; ".join(why))
+        b = BACKENDS[b.fallback]
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------

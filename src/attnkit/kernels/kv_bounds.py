@@ -50,13 +50,15 @@ class RowBounds:
     finite: Tensor
 
     @classmethod
-    def of(cls, k: Tensor, v: Tensor) -> RowBounds:
-        """The bounds of k (B, G, L, dk) and v (B, G, L, dv), one pass over each."""
+    def of(cls, k: Tensor, v: Tensor, host: bool = True) -> RowBounds:
+        """The bounds of k (B, G, L, dk) and v (B, G, L, dv), one pass over each, kept on the
+        tensors' device; ``host`` False (the policy's device path) never reads a value back to
+        the host."""
         k, v = k.detach(), v.detach()
         if k.numel() == 0:  # no rows yet (an empty cache, or a window cropped to nothing)
             zeros = torch.zeros(k.shape[0], dtype=torch.float64, device=k.device)
             return cls(zeros, torch.ones(k.shape[0], dtype=torch.bool, device=k.device))
-        if k.shape[0] <= FEW_ROWS:  # a few batch rows: one bit scan of each (no torch ops)
+        if host and k.shape[0] <= FEW_ROWS:  # a few batch rows: one bit scan of each
             km = [scan.absmax(k[b]) for b in range(k.shape[0])]
             ok = [math.isfinite(m) and math.isfinite(scan.absmax(v[b])) for b, m in enumerate(km)]
             return cls(
@@ -67,9 +69,10 @@ class RowBounds:
         finite = torch.isfinite(k_max) & torch.isfinite(v).flatten(1).all(1)
         return cls(k_max, finite)
 
-    def extend(self, k: Tensor, v: Tensor) -> RowBounds:
-        """The bounds after appending rows k (B, G, Ln, dk), v (B, G, Ln, dv): reads only them."""
-        new = RowBounds.of(k, v)
+    def extend(self, k: Tensor, v: Tensor, host: bool = True) -> RowBounds:
+        """The bounds after appending rows k (B, G, Ln, dk), v (B, G, Ln, dv): reads only them
+        (``host`` as in :meth:`of`)."""
+        new = RowBounds.of(k, v, host)
         return RowBounds(torch.maximum(self.k_max, new.k_max), self.finite & new.finite)
 
     def select(self, index: Tensor) -> RowBounds:

@@ -48,16 +48,19 @@ def _finite_abs_max(t: Tensor) -> Tensor:
 
 
 def bias_bound(mask: Mask | None, q_len: int, kv_len: int) -> Tensor:
-    """An upper bound of |bias| over the finite bias values of ``mask`` (float64 scalar tensor):
-    the sum over its biased leaves (``&`` adds biases)."""
-    total = torch.zeros((), dtype=torch.float64)
+    """An upper bound of |bias| over the finite bias values of ``mask`` (float64 scalar tensor,
+    on the CPU unless a bias tensor lives elsewhere): the sum over its biased leaves (``&`` adds
+    biases)."""
+    total = torch.zeros((), dtype=torch.float64, device="cpu")
     for leaf in mask_leaves(mask):
         if not leaf.has_bias:
             continue
         slopes = getattr(leaf, "slopes", getattr(leaf, "slope", None))
         tensors = [t for t in leaf.tensors() if t.is_floating_point()]
         if isinstance(slopes, (float, Tensor)):  # alibi: |slope| * distance
-            s = torch.as_tensor(slopes, dtype=torch.float64).abs().amax()
+            if not isinstance(slopes, Tensor):
+                slopes = torch.tensor(slopes, device="cpu")
+            s = slopes.to(torch.float64).abs().amax()
             total = total + s * max(q_len, kv_len)
         elif tensors:
             total = total + sum(_finite_abs_max(t) for t in tensors)
@@ -75,7 +78,8 @@ def refuse_nonfinite_bias() -> ValueError:
     )
 
 
-def nonfinite_bias(mask: Mask | None) -> Tensor:
-    """True (0-dim bool) when a bias tensor of ``mask`` holds NaN or +inf."""
+def nonfinite_bias(mask: Mask | None, device: torch.device | str = "cpu") -> Tensor:
+    """True (0-dim bool, on ``device`` when the mask has no bias tensor) when a bias tensor of
+    ``mask`` holds NaN or +inf."""
     flags = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in mask_tensors(mask)]
-    return torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool)
+    return torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool, device=device)

@@ -22,27 +22,41 @@ P6 NaN or +-inf in q, k or v at a position a row attends to makes that whole out
 (The same rules in words: the docs site's guide "Conventions and the numerics policy",
 ``docs/guides/conventions.md``.)
 
-:func:`numerics` is the one place the policy is decided for a call: :func:`input_scan` reads
+:func:`decision` is the one place the policy is decided for a call: :func:`input_scan` reads
 max|q|, max|k| and the finiteness of q, k and v in one exact pass per tensor
 (:mod:`attnkit.kernels.scan`), then :func:`decide` applies the cheap P5 bound and, only when it
-cannot settle the call, the tight one. :func:`run_dot` applies the decision around a backend's
-``impl(call, compute_dtype)``.
+cannot settle the call, the tight one. The policy is one stage of dispatch
+(:func:`attnkit.kernels.dispatch.run`), run once per call: :func:`prepare` decides and hands the
+backend the call (non-finite q, k, v replaced by 0) with its
+:class:`~attnkit.kernels.call_state.NumericsDecision`; :func:`finish` rounds the result to the
+call's dtype and sets the rows P6 names to NaN. Backends never call the policy themselves.
+
+The device path (:func:`device_path`; CUDA and every device but the CPU) decides without
+reading a value back to the host (no ``.item()``, ``.tolist()``, ``bool(tensor)``): the compute
+dtype from the call's dtype (P4), no scan, no float64 fallback; P1 is kept by the backends with
+device-side selects, and :func:`finish` sets every output row that is not finite to NaN (an
+overflow or a NaN/inf input then shows as NaN rows, never as a finite wrong value). What this
+changes against the host path is written in the conventions guide; :func:`use_path` forces
+either path (``"host"``: the exact scanning policy on a GPU, at the cost of host syncs;
+``"device"``: the device path on the CPU, for tests).
 
 Shape legend: ``...`` batch dims of q, ``Lq``/``Lk`` query/key lengths, ``d`` widths.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from attnkit.kernels import kv_bounds
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.base import AttentionCall, ungrouped
 from attnkit.kernels.call_state import NumericsDecision
 from attnkit.kernels.mask_bias import bias_bound, nonfinite_bias, refuse_nonfinite_bias
 from attnkit.kernels.mask_bias import mask_tensors as mask_tensors  # its old import path
@@ -129,7 +143,7 @@ def decide(call: AttentionCall, qm: float, km: float, finite: bool) -> NumericsD
     bm, bad_bias = 0.0, False
     if call.mask is not None and call.mask.has_bias:
         extra = [bias_bound(call.mask, call.q_len, call.kv_len), nonfinite_bias(call.mask)]
-        bm, bad_bias = torch.stack(extra).double().tolist()
+        bm, bad_bias = torch.stack([e.double().cpu() for e in extra]).tolist()
         if bad_bias:
             raise refuse_nonfinite_bias()
     dtype = compute_dtype(call.dtype)
@@ -160,12 +174,56 @@ def _plain(dtype: torch.dtype, finite: bool) -> NumericsDecision:
     return NumericsDecision(dtype, finite)
 
 
+Path = Literal["auto", "device", "host"]
+_PATH: list[Path] = ["auto"]
+
+
+def device_path(device: torch.device) -> bool:
+    """True when calls on ``device`` take the policy's device path (no host sync): every device
+    but the CPU, unless :func:`use_path` forces one path. The one place this is decided."""
+    path = _PATH[0]
+    if path == "auto":
+        return device.type != "cpu"
+    return path == "device"
+
+
+@contextlib.contextmanager
+def use_path(path: Path) -> Iterator[None]:
+    """Within the block, decide calls on the ``"device"`` path (no host sync, also on the CPU)
+    or the ``"host"`` path (the exact scan, also on a GPU: the opt-in check), or by device
+    (``"auto"``, the default). Not thread-local: a setting for tests and for a program's run."""
+    if path not in ("auto", "device", "host"):
+        raise ValueError(f"path: expected 'auto', 'device' or 'host', got {path!r}")
+    before, _PATH[0] = _PATH[0], path
+    try:
+        yield
+    finally:
+        _PATH[0] = before
+
+
+@functools.cache
+def on_device(dtype: torch.dtype) -> NumericsDecision:
+    """The device path's decision for calls of ``dtype``: P4's compute dtype, nothing read."""
+    return NumericsDecision(compute_dtype(dtype), True, checked="device")
+
+
+@functools.cache
+def in_kernel(dtype: torch.dtype) -> NumericsDecision:
+    """The decision handed to a backend that checks P5/P6 inside its kernel (``decode``)."""
+    return NumericsDecision(compute_dtype(dtype), True, checked="kernel")
+
+
 def decision(call: AttentionCall) -> NumericsDecision:
     """The policy's decision for a dot-product call: the one entry point (:func:`input_scan`,
-    then :func:`decide`), made once per call (kept in ``call.memo``)."""
+    then :func:`decide`; :func:`on_device` on the device path), made once per call (kept in
+    ``call.memo``)."""
     d = call.memo.numerics
     if d is None:
-        d = call.memo.numerics = decide(call, *input_scan(call))
+        if device_path(call.q.device):
+            d = on_device(call.dtype)
+        else:
+            d = decide(call, *input_scan(call))
+        call.memo.numerics = d
     return d
 
 
@@ -200,7 +258,8 @@ def _lift(t: Tensor, mask_ndim: int, batch_ndim: int) -> Tensor:
 
 def nonfinite_rows(call: AttentionCall) -> Tensor:
     """Bool (..., Lq): rows that have an allowed key and attend to a non-finite q row, k or v
-    row, or bias entry (P6)."""
+    row, or bias entry (P6). (A grouped call is read with k and v repeated to q's heads.)"""
+    call = ungrouped(call)
     q_bad = ~torch.isfinite(call.q.detach()).all(-1)  # (..., Lq)
     kv_bad = ~(torch.isfinite(call.k.detach()).all(-1) & torch.isfinite(call.v.detach()).all(-1))
     mask, lq, lk = call.mask, call.q_len, call.kv_len
@@ -223,28 +282,63 @@ def nonfinite_rows(call: AttentionCall) -> Tensor:
     return torch.cat(parts, dim=-1)
 
 
-Impl = Callable[[AttentionCall, torch.dtype], tuple[Tensor, Tensor | None]]
+def device_bad_rows(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> Tensor:
+    """Bool (..., Lq, 1), on the device, without a host sync: the output rows that are not
+    finite (an overflow, or a NaN/inf the kernel passed on), or every row when q, k or v holds
+    a NaN or +-inf anywhere (one max|x| reduction per tensor, in float32; inputs whose max|x|
+    sum reaches float32's range count as non-finite)."""
+    flag = sum(
+        torch.linalg.vector_norm(t.detach(), math.inf, dtype=torch.float32) for t in (q, k, v)
+    )
+    return ~(torch.isfinite(out).all(-1, keepdim=True) & torch.isfinite(flag))
 
 
-def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
-    """Run ``impl(call, compute_dtype) -> (output, weights or None)`` under the policy: choose
-    the compute dtype (P4, P5), keep non-finite keys and values out of the kernel and turn the
-    rows that attend to non-finite values into NaN (P6); results in the call's dtype."""
+def prepare(
+    call: AttentionCall, kernel_checks: bool = False, warn: bool = True
+) -> tuple[AttentionCall, NumericsDecision]:
+    """The policy stage's first half, once per call: (the call the backend runs, the
+    decision). Non-finite q, k and v are replaced by 0 (P6) and the call decided again on its
+    finite part; a float64 decision (P5) warns once per process (``warn``). ``kernel_checks``:
+    the backend checks the policy in its kernel (:func:`in_kernel`; no scan) unless the device
+    path applies."""
+    if kernel_checks and not device_path(call.q.device):
+        return call, in_kernel(call.dtype)
     d = decision(call)
-    work, compute, finite = call, d.compute, d.finite
-    if not finite:
+    work = call
+    if not d.finite:
         work = _sanitized(call)
-        d = decision(work)
-        compute = d.compute
-    if compute == torch.float64 and call.dtype != torch.float64:
+        d = dataclasses.replace(decision(work), finite=False)
+    if warn and d.compute == torch.float64 and call.dtype != torch.float64:
         warn_float64(d.float64_reason)  # once per process: the call is slower than asked
-    out, weights = impl(work, compute)
+    return work, d
+
+
+def finish(
+    call: AttentionCall, d: NumericsDecision, out: Tensor, weights: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """The policy stage's second half: results in the call's dtype; the rows that read NaN/inf
+    set to NaN (P6: from the host-side rows of :func:`nonfinite_rows` after a scan; on the
+    device path every row that is not finite, by one device-side select)."""
     if out.dtype != call.dtype:
         out = out.to(call.dtype)
     if weights is not None and weights.dtype != call.dtype:
         weights = weights.to(call.dtype)
-    if not finite:
+    if d.checked == "device":
+        bad = device_bad_rows(call.q, call.k, call.v, out)
+    elif not d.finite:
         bad = nonfinite_rows(call)[..., None]
-        out = torch.where(bad, math.nan, out)
-        weights = None if weights is None else torch.where(bad, math.nan, weights)
+    else:
+        return out, weights
+    out = torch.where(bad, math.nan, out)
+    weights = None if weights is None else torch.where(bad, math.nan, weights)
     return out, weights
+
+
+Impl = Callable[[AttentionCall, NumericsDecision], tuple[Tensor, Tensor | None]]
+
+
+def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
+    """``impl(call, decision)`` between :func:`prepare` and :func:`finish`: the policy stage
+    around one implementation, for code that runs a kernel without dispatch (tests, tools)."""
+    work, d = prepare(call)
+    return finish(call, d, *impl(work, d))

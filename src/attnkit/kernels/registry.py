@@ -8,6 +8,7 @@ names up in this one dict.
 from __future__ import annotations
 
 from attnkit.kernels.additive_fused import AdditiveFusedBackend
+from attnkit.kernels.additive_fused.chunked import AdditiveChunkedBackend
 from attnkit.kernels.base import Backend
 from attnkit.kernels.blocksparse import BlocksparseBackend
 from attnkit.kernels.decode import DecodeBackend
@@ -23,6 +24,7 @@ BACKENDS: dict[str, Backend] = {
         BlocksparseBackend(),
         DenseBackend(),
         AdditiveFusedBackend(),
+        AdditiveChunkedBackend(),
         MathBackend(),
     )
 }

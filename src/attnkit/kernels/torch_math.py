@@ -13,9 +13,8 @@ import math
 import torch
 from torch import Tensor
 
-from attnkit.kernels.additive_fused.policy import run_additive
 from attnkit.kernels.base import AttentionCall, Backend
-from attnkit.kernels.numerics import run_dot
+from attnkit.kernels.call_state import NumericsDecision
 
 ADDITIVE_CHUNK_ELEMENTS = 2**24
 """Most (rows x Lk x h) tanh entries built at once by the additive path."""
@@ -76,10 +75,8 @@ class MathBackend(Backend):
     supports_softcap = True
     supports_sinks = True
 
-    def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
-        if call.kind == "dot":
-            return run_dot(call, plain_attention)
-        return run_additive(call, plain_attention)
+    def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, Tensor | None]:
+        return plain_attention(call, decision.compute)
 
 
 def plain_attention(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, Tensor | None]:

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from attnkit import checks
 from attnkit import tensor_checks as tc
-from attnkit.kernels import kv_bounds
+from attnkit.kernels import kv_bounds, numerics
 from attnkit.kernels.kv_bounds import RowBounds
 from attnkit.masks import Mask
 
@@ -209,16 +209,24 @@ class KVCache:
             raise ValueError("cache: expected new keys and values for an empty or growing cache")
         self._check_new(k, v)
         rows = self._row_bounds()
+        host = not numerics.device_path(k.device)
         if self.k is None:
             self.k, self.v = k, v
-            self._rows = RowBounds.of(k, v)
+            self._rows = RowBounds.of(k, v, host)
         else:
-            self._rows = rows.extend(k, v)
+            self._rows = rows.extend(k, v, host)
             self.k, self.v = self._append(k, v)
         self._handed = (self.k, self.v)
-        kv_bounds.remember(self.k, self.v, self._rows.bounds())
+        self._remember()
         self.seen += q_len
         return self.k, self.v
+
+    def _remember(self) -> None:
+        """Hand the policy the bounds of what is cached (:func:`kv_bounds.remember`), on the
+        host path only: the policy's device path reads no bounds, and reading them would be a
+        host sync (the per-row bounds stay on the device until :meth:`bounds` is asked)."""
+        if not numerics.device_path(self.k.device):
+            kv_bounds.remember(self.k, self.v, self._rows.bounds())
 
     def _check_new(self, k: object, v: object) -> None:
         """New keys and values: floating 4-d tensors (B, G, Ln, d) with one Ln, and the batch,
@@ -257,7 +265,8 @@ class KVCache:
             return None
         handed, rows = self._handed, self._rows
         if rows is None or handed is None or handed[0] is not self.k or handed[1] is not self.v:
-            rows = self._rows = RowBounds.of(self.k, self.v)
+            host = not numerics.device_path(self.k.device)
+            rows = self._rows = RowBounds.of(self.k, self.v, host)
             self._buffers = None  # not views of our buffers any more
         return rows
 
@@ -294,7 +303,7 @@ class KVCache:
             self.k = self.k.index_select(0, index.to(self.k.device))
             self.v = self.v.index_select(0, index.to(self.v.device))
             self._rows, self._handed, self._buffers = rows, (self.k, self.v), None
-            kv_bounds.remember(self.k, self.v, rows.bounds())
+            self._remember()
 
     def bounds(self) -> kv_bounds.KVBounds | None:
         """max|k| and the finiteness of k and v over everything cached (None while empty), as

@@ -6,13 +6,11 @@ the allowed keys; out = P v; in fused numba kernels with O(L*h) memory (:mod:`.a
 
 It serves float32 calls on CPU without a score bias (biased masks, learned biases included, go
 to ``math``, which computes their gradient), weights or dropout. The NaN/inf/overflow policy is
-:mod:`.policy`: calls whose values could overflow float32 run in float64 through the ``math``
-backend's arithmetic.
+:mod:`.policy`, run by dispatch: calls whose values could overflow float32 are handed to the
+``math`` backend in float64 (:meth:`AdditiveFusedBackend.decision_reasons`).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 from torch import Tensor
@@ -21,6 +19,7 @@ from attnkit.kernels.additive_fused.autograd import AdditiveFunction
 from attnkit.kernels.additive_fused.policy import run_additive
 from attnkit.kernels.additive_fused.tiles import mask_tiles
 from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.call_state import NumericsDecision
 from attnkit.kernels.numba_runtime import numba_missing
 
 
@@ -36,6 +35,7 @@ class AdditiveFusedBackend(Backend):
     supports_weights = False
     supports_dropout = False
     supports_bias = False
+    fallback = "math"
 
     def available(self) -> str | None:
         return numba_missing()
@@ -45,23 +45,27 @@ class AdditiveFusedBackend(Backend):
             return ["float64 runs on the reference-precision path (math); this kernel is float32"]
         return []
 
-    def run(self, call: AttentionCall) -> tuple[Tensor, Tensor | None]:
-        return additive_fused(call), None
+    def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
+        if decision.compute == torch.float32:
+            return []
+        return [f"the policy computes this call in {decision.compute} (P5); this kernel is float32"]
+
+    def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, Tensor | None]:
+        return _impl(call, decision)
 
 
 def additive_fused(call: AttentionCall) -> Tensor:
     """Run an additive call: output (..., Lq, dv), differentiable w.r.t. q, k, v, w_q, w_k, w_v,
-    under the NaN/inf/overflow policy of :mod:`.policy`."""
+    under the NaN/inf/overflow policy of :mod:`.policy` (float64 calls on torch's arithmetic)."""
     return run_additive(call, _impl)[0]
 
 
-def _impl(call: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
-    """The fused kernels in float32; the ``math`` backend when P5 asks for float64."""
-    if compute != torch.float32:
-        from attnkit.kernels.torch_math import MathBackend  # same layer, imported when needed
+def _impl(call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
+    """The fused kernels in float32 (torch's arithmetic of ``math`` when P5 asks for float64)."""
+    if decision.compute != torch.float32:
+        from attnkit.kernels.torch_math import plain_attention  # same layer, imported when needed
 
-        cast = {n: getattr(call, n).to(compute) for n in ("q", "k", "v", "w_q", "w_k", "w_v")}
-        return MathBackend().run(dataclasses.replace(call, **cast))[0], None
+        return plain_attention(call, decision.compute)[0], None
     batch, lq, lk = call.batch_shape, call.q_len, call.kv_len
     h = call.w_v.shape[0]
     qp = (call.q @ call.w_q.transpose(0, 1)).reshape(-1, lq, h)  # (BH, Lq, h)

@@ -19,7 +19,12 @@ dot-product policy of :mod:`attnkit.kernels.numerics`:
   are replaced by 0 first), so they equal the float64 reference; rows without an allowed key
   stay 0 (P1).
 
-:func:`run_additive` applies the policy around a backend's ``impl(call, compute_dtype)``.
+:func:`prepare` and :func:`finish` are the policy's stage in dispatch
+(:func:`attnkit.kernels.dispatch.run`), as for dot-product calls; :func:`run_additive` runs
+them around one implementation. On the device path
+(:func:`attnkit.kernels.numerics.device_path`) nothing is read back to the host: float32
+compute (P4), no float64 fallback, and every output row that is not finite becomes NaN.
+Every tensor the policy creates is made on the call's device.
 
 Shape legend: ``...`` batch dims of q, ``Lq``/``Lk`` query/key lengths.
 """
@@ -33,7 +38,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from attnkit.kernels import numerics
 from attnkit.kernels.base import AttentionCall, lift_mask_tensor
+from attnkit.kernels.call_state import NumericsDecision
 from attnkit.kernels.mask_bias import bias_bound, nonfinite_bias, refuse_nonfinite_bias
 from attnkit.kernels.numerics import OVERFLOW_MARGIN, compute_dtype, nonfinite_rows
 from attnkit.kernels.precision import Float64Reason, warn_float64
@@ -41,7 +48,7 @@ from attnkit.kernels.precision import Float64Reason, warn_float64
 ROW_CHUNK = 2**22
 """Most mask entries evaluated at once when finding the rows that have an allowed key."""
 
-Impl = Callable[[AttentionCall, torch.dtype], tuple[Tensor, Tensor | None]]
+Impl = Callable[[AttentionCall, NumericsDecision], tuple[Tensor, Tensor | None]]
 
 
 def input_stats(call: AttentionCall) -> dict[str, float]:
@@ -50,7 +57,7 @@ def input_stats(call: AttentionCall) -> dict[str, float]:
     names = ("q", "w_q", "k", "w_k", "v")
     parts = [torch.stack(torch.aminmax(getattr(call, n).detach())).double() for n in names]
     parts.append(call.w_v.detach().abs().sum(dtype=torch.float64).reshape(1))
-    parts.append(nonfinite_bias(call.mask).double().reshape(1))
+    parts.append(nonfinite_bias(call.mask, call.q.device).double().reshape(1).to(call.q.device))
     flat = torch.cat(parts).tolist()  # (min, max) of each of names, then sum|w_v|, bias_bad
     stats = {n: max(abs(flat[2 * i]), abs(flat[2 * i + 1])) for i, n in enumerate(names)}
     for i, n in enumerate(names):
@@ -120,7 +127,7 @@ def choose_dtype(call: AttentionCall, stats: dict[str, float]) -> torch.dtype:
 
 def _finite_or_zero(t: Tensor) -> Tensor:
     """``t`` with NaN/inf replaced by 0 (differentiable in the finite entries)."""
-    return torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype))
+    return torch.where(torch.isfinite(t), t, 0)
 
 
 def rows_with_keys(call: AttentionCall) -> Tensor:
@@ -139,10 +146,14 @@ def rows_with_keys(call: AttentionCall) -> Tensor:
     return torch.cat(parts, dim=-1)
 
 
-def run_additive(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
-    """Run ``impl(call, compute_dtype) -> (output, weights or None)`` for an additive call under
-    the policy: non-finite inputs replaced by 0 before ``impl`` and the rows that read them set
-    to NaN after (P6); the compute dtype chosen by P4/P5; results in the call's dtype."""
+def prepare(
+    call: AttentionCall, kernel_checks: bool = False, warn: bool = True
+) -> tuple[AttentionCall, NumericsDecision]:
+    """The policy stage's first half for an additive call: (the call the backend runs, with
+    non-finite inputs replaced by 0; the decision: compute dtype by P4/P5, finiteness, why
+    float64). ``kernel_checks`` is unused (no additive backend checks in its kernel)."""
+    if numerics.device_path(call.q.device):
+        return call, numerics.on_device(call.dtype)
     stats = input_stats(call)
     if stats["bias_bad"]:
         raise refuse_nonfinite_bias()
@@ -153,16 +164,38 @@ def run_additive(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None
         work = dataclasses.replace(call, q=q, k=k, v=v, w_q=w_q, w_k=w_k, w_v=w_v)
         stats = input_stats(work)
     dtype = choose_dtype(work, stats)
+    reason = None
     if dtype == torch.float64 and call.dtype != torch.float64:
-        warn_float64(float64_reason(work, stats))  # once per process
-    out, weights = impl(work, dtype)
+        reason = float64_reason(work, stats)
+        if warn:
+            warn_float64(reason)  # once per process
+    return work, NumericsDecision(dtype, finite, True, reason)
+
+
+def finish(
+    call: AttentionCall, d: NumericsDecision, out: Tensor, weights: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """The policy stage's second half: the call's dtype; P6's NaN rows (on the device path:
+    every row that is not finite)."""
     out = out.to(call.dtype)
     weights = None if weights is None else weights.to(call.dtype)
-    if not finite:
+    if d.checked == "device":
+        bad = numerics.device_bad_rows(call.q, call.k, call.v, out)
+        bad = bad | numerics.device_bad_rows(call.w_q, call.w_k, call.w_v, out)
+    elif not d.finite:
         bad = nonfinite_rows(call)
         if not all(bool(torch.isfinite(t).all()) for t in (call.w_q, call.w_k, call.w_v)):
             bad = bad | rows_with_keys(call)
         bad = bad[..., None]
-        out = torch.where(bad, math.nan, out)
-        weights = None if weights is None else torch.where(bad, math.nan, weights)
+    else:
+        return out, weights
+    out = torch.where(bad, math.nan, out)
+    weights = None if weights is None else torch.where(bad, math.nan, weights)
     return out, weights
+
+
+def run_additive(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
+    """``impl(call, decision)`` between :func:`prepare` and :func:`finish` (code that runs one
+    implementation without dispatch)."""
+    work, d = prepare(call)
+    return finish(call, d, *impl(work, d))

@@ -30,10 +30,12 @@ blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
 
 Rows with no allowed key give output 0 (and gradient 0), never NaN; every input layout is read
 correctly (the fused ops get unit-stride rows); a float mask that requires grad (a learned
-bias) gets its gradient; the NaN/inf/overflow policy is :mod:`attnkit.kernels.numerics`. A call
-whose scores are too large for any fused backward to be exact (|s| * eps(float64) >= 2**-10,
-``numerics.fused_backward_ok``) is computed with the plain ``math`` implementation instead:
-exact gradients at O(Lq * Lk) memory, for inputs that no fused kernel can differentiate.
+bias) gets its gradient; the NaN/inf/overflow policy is :mod:`attnkit.kernels.numerics`, run by
+dispatch once per call, whose decision the backend receives. A call whose scores are too large
+for any fused backward to be exact (|s| * eps(float64) >= 2**-10, the decision's
+``fused_backward_ok``) is handed by dispatch to the ``math`` backend instead
+(:meth:`BlocksparseBackend.decision_reasons`): exact gradients at O(Lq * Lk) memory, for inputs
+that no fused kernel can differentiate.
 
 Shape legend: ``...`` batch dims of q/k/v, ``Lq``/``Lk`` lengths, ``dk``/``dv`` widths.
 """
@@ -46,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons, ungrouped
 from attnkit.kernels.blocksparse import softcap
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
@@ -55,9 +57,9 @@ from attnkit.kernels.blocksparse.keep import draw_seed
 from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_tile
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
+from attnkit.kernels.call_state import NumericsDecision
 from attnkit.kernels.mask_bias import mask_tensors
-from attnkit.kernels.numerics import fused_backward_ok, numerics, run_dot
-from attnkit.kernels.torch_math import plain_attention
+from attnkit.kernels.numerics import compute_dtype
 from attnkit.kernels.tuning import DEFAULT, Tuning, current
 
 __all__ = [
@@ -195,7 +197,7 @@ def _cap_sink_notes(call: AttentionCall) -> list[str]:
     """What this backend does with a call's softcap and sinks (for ``explain_dispatch``)."""
     notes = []
     if call.softcap is not None:
-        if softcap.applies(call, numerics(call)[0]):
+        if softcap.applies(call, compute_dtype(call.dtype)):  # unless P5 asks for float64
             notes.append(
                 "softcap fused on the band: matrix products with one pass for cap, mask and "
                 "softmax between them"
@@ -237,19 +239,19 @@ def block_rows(call: AttentionCall, t: Tuning) -> int:
     return min(t.blocksparse_block_q, t.blocksparse_band_block_q)
 
 
-def attend(call: AttentionCall, block_q: int | None = None, block_kv: int | None = None) -> Tensor:
-    """softmax(q kᵀ · scale + mask) v computed on the mask's non-empty blocks only:
-    (..., Lq, dv). Differentiable in q, k, v and the mask's float tensors. Block sizes default
-    to the tuning in use (:func:`block_rows`, ``blocksparse_block_kv``)."""
+def attend(
+    call: AttentionCall,
+    decision: NumericsDecision,
+    block_q: int | None = None,
+    block_kv: int | None = None,
+) -> Tensor:
+    """softmax(q kᵀ · scale + mask) v computed on the mask's non-empty blocks only, in the
+    policy's compute dtype (``decision``, from dispatch): (..., Lq, dv). Differentiable in q, k,
+    v and the mask's float tensors. Block sizes default to the tuning in use
+    (:func:`block_rows`, ``blocksparse_block_kv``)."""
     t = current()
     block_kv = block_kv or t.blocksparse_block_kv
-
-    def impl(c: AttentionCall, compute: torch.dtype) -> tuple[Tensor, None]:
-        if not fused_backward_ok(c):  # scores too large for the fused backward even in float64
-            return plain_attention(c, compute)[0], None  # explicit softmax: exact, O(Lq*Lk)
-        return _attend(c, compute, block_q or block_rows(c, t), block_kv), None
-
-    return run_dot(call, impl)[0]
+    return _attend(call, decision.compute, block_q or block_rows(call, t), block_kv)
 
 
 class BlocksparseBackend(Backend):
@@ -354,12 +356,14 @@ class BlocksparseBackend(Backend):
             f"(< {t.blocksparse_element_call_entries:,}): slower than dense, by {entries}"
         ], []
 
-    def run(self, call: AttentionCall) -> tuple[Tensor, None]:
+    fallback = "math"
+
+    def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
+        return [] if decision.fused_backward_ok else fused_backward_reasons(decision)
+
+    def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
         if call.grouped and not (
-            group_size(call)
-            and numerics(call)[1]
-            and fused_backward_ok(call)
-            and (not single_tile(call) or softcap.applies(call, numerics(call)[0]))
+            group_size(call) and (not single_tile(call) or softcap.applies(call, decision.compute))
         ):
-            call = ungrouped(call)  # per-head masks, and the policy's paths, need H heads
-        return attend(call, self._block_q, self._block_kv), None
+            call = ungrouped(call)  # per-head masks, and single tiles, need H heads
+        return attend(call, decision, self._block_q, self._block_kv), None

@@ -25,9 +25,13 @@ split-K kernel from ``decode_split_k_min_bytes`` of k and v, on torch ops below.
 eight for widths 64 and 128, units on torch's OpenMP threads) took 67-74 us against 87-98 us on
 torch ops at Lk = 2048, and 114 against 138 us on one thread.
 
-The overflow policy is checked inside the step (:mod:`.kernel`); a step whose scores or output
-break it is redone by ``dense`` under the full policy (float64 when P5 asks, P6 for NaN and
-inf), so the result always follows :mod:`attnkit.kernels.numerics`.
+The overflow policy is checked inside the step (:mod:`.kernel`; ``kernel_checks``: dispatch
+hands the backend a decision without the input scan); a step whose scores or output break it
+returns None and dispatch redoes it on ``dense`` (``fallback``) under the full policy (float64
+when P5 asks, P6 for NaN and inf), so the result always follows :mod:`attnkit.kernels.numerics`.
+
+On a GPU, decode steps run on ``dense``: SDPA with ``enable_gqa`` (no K/V repeat) and the
+policy's device path (no host sync).
 """
 
 from __future__ import annotations
@@ -40,9 +44,9 @@ from torch import Tensor
 
 from attnkit.cpu import native_bf16
 from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.call_state import NumericsDecision
 from attnkit.kernels.decode.kernel import attend
 from attnkit.kernels.decode.split_k import numba_missing
-from attnkit.kernels.dense import DenseBackend
 from attnkit.kernels.tuning import current
 
 __all__ = [
@@ -74,6 +78,14 @@ class DecodeBackend(Backend):
     supports_grad = False
     supports_bias = False
     supports_gqa = True
+    kernel_checks = True
+    fallback = "dense"
+
+    def fallback_notes(self, call: AttentionCall) -> list[str]:
+        return [
+            "the policy (overflow, NaN/inf) is checked inside the step; a step that breaks it "
+            "is redone on dense under the full policy"
+        ]
 
     def extra_reasons(self, call: AttentionCall) -> list[str]:
         r = []
@@ -102,13 +114,13 @@ class DecodeBackend(Backend):
             ]
         return []
 
-    def run(self, call: AttentionCall) -> tuple[Tensor, None]:
+    def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None] | None:
         split_k = call.dtype == torch.bfloat16 or (
             _bytes(call) >= current().decode_split_k_min_bytes and numba_missing() is None
         )
         res = attend(call.q, call.k, call.v, call.mask, call.scale, split_k)
-        if res is None:  # the scores or the output broke the policy: redo it the exact way
-            return _EXACT.run(call)
+        if res is None:  # the scores or the output broke the policy: dispatch redoes it
+            return None
         return res[0], None
 
 
@@ -121,6 +133,3 @@ def _native_bf16() -> bool:
 def _bytes(call: AttentionCall) -> int:
     """Bytes of k and v as the call holds them."""
     return (call.k.numel() + call.v.numel()) * call.k.element_size()
-
-
-_EXACT = DenseBackend()
