@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 PREFERENCE: dict[str, tuple[str, ...]] = {
-    "dot": ("decode", "blocksparse", "dense", "math"),
+    "dot": ("decode", "flex", "blocksparse", "dense", "math"),
     "additive": ("additive_fused", "math"),
 }
 """Per score kind, the order in which ``backend="auto"`` tries the backends."""

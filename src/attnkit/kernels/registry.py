@@ -12,6 +12,7 @@ from attnkit.kernels.base import Backend
 from attnkit.kernels.blocksparse import BlocksparseBackend
 from attnkit.kernels.decode import DecodeBackend
 from attnkit.kernels.dense import DenseBackend
+from attnkit.kernels.flex import FlexBackend
 from attnkit.kernels.torch_math import MathBackend
 
 __all__ = ["BACKENDS"]
@@ -20,6 +21,7 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         DecodeBackend(),
+        FlexBackend(),
         BlocksparseBackend(),
         DenseBackend(),
         AdditiveFusedBackend(),
