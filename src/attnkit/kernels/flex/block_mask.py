@@ -18,16 +18,17 @@ from torch.nn.attention.flex_attention import BlockMask
 from attnkit.kernels.flex.mods import FlexLayout, MaskMod
 from attnkit.masks.blocks import FULL, PARTIAL
 
-__all__ = ["BLOCK_SIZE", "flex_classes", "from_classes", "kv_lists"]
+__all__ = ["BLOCK_SIZE", "demote_tails", "flex_classes", "from_classes", "kv_lists"]
 
 BLOCK_SIZE = 128
 """Flex's block size (queries and keys) used for the block map and the kernel."""
 
 
-def flex_classes(classes: Tensor, batch_shape: tuple[int, ...], layout: FlexLayout) -> Tensor:
-    """A mask's classes (batch_shape + (nq, nk), broadcastable) as Flex's (Bf, Hf, nq, nk):
+def flex_classes(
+    classes: Tensor, batch_shape: tuple[int, ...], layout: FlexLayout, nq: int, nk: int
+) -> Tensor:
+    """A mask's classes (broadcastable to batch_shape + (nq, nk)) as Flex's (Bf, Hf, nq, nk):
     mask batch dim i becomes Flex dim ``layout.dims[i]``, dims of size 1 stay 1."""
-    nq, nk = classes.shape[-2:]
     classes = classes.expand(batch_shape + (nq, nk))
     shape = [1, 1]
     for i, size in enumerate(batch_shape):
@@ -43,11 +44,27 @@ def kv_lists(sel: Tensor) -> tuple[Tensor, Tensor]:
     return num, order.to(torch.int32)
 
 
+def demote_tails(classes: Tensor, q_len: int, kv_len: int, block_size: int) -> Tensor:
+    """``classes`` with FULL blocks in a last, shorter block row or column made PARTIAL."""
+    tq, tk = q_len % block_size != 0, kv_len % block_size != 0
+    if not (tq or tk):
+        return classes
+    tail = torch.zeros(classes.shape[-2:], dtype=torch.bool, device=classes.device)
+    if tq:
+        tail[-1, :] = True
+    if tk:
+        tail[:, -1] = True
+    return torch.where(tail & (classes == FULL), torch.full_like(classes, PARTIAL), classes)
+
+
 def from_classes(
     classes: Tensor, q_len: int, kv_len: int, mask_mod: MaskMod | None,
     block_size: int = BLOCK_SIZE,
 ) -> BlockMask:  # fmt: skip
-    """The BlockMask of Flex classes (Bf, Hf, nq, nk) for lengths (Lq, Lk)."""
+    """The BlockMask of Flex classes (Bf, Hf, nq, nk) for lengths (Lq, Lk). A FULL block that
+    reaches past Lq or Lk (the last, shorter one) is listed as partial, as
+    ``create_block_mask`` does: Flex then masks its padding with the ``mask_mod``."""
+    classes = demote_tails(classes, q_len, kv_len, block_size)
     kn, ki = kv_lists(classes == PARTIAL)
     fn, fi = kv_lists(classes == FULL)
     return BlockMask.from_kv_blocks(

@@ -94,7 +94,8 @@ def _build(mask: Mask | None, key: FlexPlanKey) -> FlexPlan:
         return FlexPlan(mods, None)
     bs = key.block_size
     classes = block_classes(mask, key.q_len, key.kv_len, bs, bs, layout, key.device)
-    fc = flex_classes(classes, mask.batch_shape, layout)
+    nq, nk = -(-key.q_len // bs), -(-key.kv_len // bs)
+    fc = flex_classes(classes, mask.batch_shape, layout, nq, nk)
     return FlexPlan(mods, from_classes(fc, key.q_len, key.kv_len, mods.mask_mod, bs))
 
 
