@@ -243,16 +243,19 @@ def bias_mod(mask: M.Mask, lq: int, lk: int, layout: FlexLayout, dev) -> MaskMod
     raise TypeError(f"mask: no Flex score bias for {type(mask).__name__}")
 
 
-def score_mod_of(bias: MaskMod | None, softcap: float | None) -> ScoreMod | None:
-    """Flex's ``score_mod``: the scaled score capped (c * tanh(s / c)), then the bias added."""
+def score_mod_of(bias: MaskMod | None, softcap: float | None, dev=None) -> ScoreMod | None:
+    """Flex's ``score_mod``: the scaled score capped (c * tanh(s / c)), then the bias added.
+    The cap is held as a 0-d float32 tensor on ``dev`` (a buffer of the compiled kernel), so
+    a new value is new data, not a new specialisation of the kernel."""
     if bias is None and softcap is None:
         return None
-    if bias is None:
-        return lambda score, b, h, q_idx, kv_idx: softcap * torch.tanh(score / softcap)
     if softcap is None:
         return lambda score, b, h, q_idx, kv_idx: score + bias(b, h, q_idx, kv_idx)
+    cap = torch.tensor(softcap, dtype=torch.float32, device=dev)
+    if bias is None:
+        return lambda score, b, h, q_idx, kv_idx: cap * torch.tanh(score / cap)
     return lambda score, b, h, q_idx, kv_idx: (
-        softcap * torch.tanh(score / softcap) + bias(b, h, q_idx, kv_idx)
+        cap * torch.tanh(score / cap) + bias(b, h, q_idx, kv_idx)
     )
 
 
@@ -267,10 +270,10 @@ def build_mods(
     """``mask`` (checked by :func:`supported_mask`) and ``softcap`` as Flex modifiers for a
     call of lengths (Lq, Lk) with ``layout``, reading the mask's tensors on ``device``."""
     if mask is None:
-        return FlexMods(None, None, score_mod_of(None, softcap))
+        return FlexMods(None, None, score_mod_of(None, softcap, device))
     allowed = allowed_mod(mask, q_len, kv_len, layout, device)
     bias = bias_mod(mask, q_len, kv_len, layout, device)
-    return FlexMods(allowed, bias, score_mod_of(bias, softcap))
+    return FlexMods(allowed, bias, score_mod_of(bias, softcap, device))
 
 
 _LEAF_TYPES = (M.Band, M.KeyPadding, M.Document, M.PrefixLM, M.TensorMask, KeyColumns)
