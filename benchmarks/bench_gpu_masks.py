@@ -36,10 +36,24 @@ from attnkit.kernels.base import AttentionCall
 B, H, D, W = 4, 16, 64, 256
 KINDS = ("window", "docs", "pad")
 SKIP = "needs a CUDA GPU"
+FLEX_PEER = "compiled Flex + user mask_mod + create_block_mask"
+BUILD_PEER = "create_block_mask (user mask_mod)"
 
 
 def _skipped(peer: str) -> dict:
     return dict(peer=peer, case=f"SKIPPED: {SKIP}", extra=dict(status=f"skipped: {SKIP}"))
+
+
+def _needs_cuda(peer: str):
+    """A row function skipped (with the reason) when there is no CUDA GPU."""
+
+    def deco(fn):
+        def run(*args):
+            return fn(*args) if torch.cuda.is_available() else _skipped(peer)
+
+        return run
+
+    return deco
 
 
 def _sync(fn):
@@ -79,6 +93,12 @@ def _case(kind: str, length: int):
     return lambda: masks.key_padding(lens), lambda b, h, q, k: k < lens[b], B
 
 
+def _prepare(kind: str, length: int, quick: bool, grad: bool = False):
+    """(length run, q, k, v, mask factory, the user's mask_mod, B for create_block_mask)."""
+    length = 1024 if quick else length
+    return (length, *_inputs(length, grad), *_case(kind, length))
+
+
 def _step(fn, q, k, v, backward: bool, go):
     def run():
         out = fn()
@@ -97,14 +117,10 @@ def _peak_mib(fn) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
+@_needs_cuda(FLEX_PEER)
 def _vs_flex(kind: str, length: int, backward: bool, quick: bool) -> dict:
-    peer = "compiled Flex + user mask_mod + create_block_mask"
-    if not torch.cuda.is_available():
-        return _skipped(peer)
-    length = 1024 if quick else length
+    length, q, k, v, make, mod, bb = _prepare(kind, length, quick, backward)
     reps = 5 if quick else 30
-    q, k, v = _inputs(length, backward)
-    make, mod, bb = _case(kind, length)
     mask = make()
     bm = create_block_mask(mod, bb, None, length, length, device="cuda")
     flex = torch.compile(flex_attention)
@@ -125,32 +141,27 @@ def _vs_flex(kind: str, length: int, backward: bool, quick: bool) -> dict:
         mem_ok=mem_ours <= 1.1 * mem_flex,
     )
     what = "fwd+bwd" if backward else "fwd"
-    return dict(case=f"{kind} L={length} {what} bf16 B={B} H={H}", peer=peer, **res)
+    return dict(case=f"{kind} L={length} {what} bf16 B={B} H={H}", peer=FLEX_PEER, **res)
 
 
+@_needs_cuda("SDPA + dense bool mask")
 def _vs_sdpa(kind: str, length: int, quick: bool) -> dict:
-    peer = "SDPA + dense bool mask"
-    if not torch.cuda.is_available():
-        return _skipped(peer)
-    length = 1024 if quick else length
-    q, k, v = _inputs(length, False)
-    mask = _case(kind, length)[0]()
+    length, q, k, v, make, _, _ = _prepare(kind, length, quick)
+    mask = make()
     dense = mask.materialize(length, length).cuda()
     dense = dense[:, None] if dense.dim() == 3 else dense
     with torch.inference_mode():
         ours = _sync(lambda: attnkit.scaled_dot_product_attention(q, k, v, mask))
         theirs = _sync(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense))
         res = measure_pair(ours, theirs, 5 if quick else 10)
-    return dict(case=f"{kind} L={length} fwd bf16 B={B} H={H}", peer=peer, **res)
+    return dict(
+        case=f"{kind} L={length} fwd bf16 B={B} H={H}", peer="SDPA + dense bool mask", **res
+    )
 
 
+@_needs_cuda(BUILD_PEER)
 def _build(kind: str, length: int, quick: bool) -> dict:
-    peer = "create_block_mask (user mask_mod)"
-    if not torch.cuda.is_available():
-        return _skipped(peer)
-    length = 1024 if quick else length
-    q, k, v = _inputs(length, False)
-    make, mod, bb = _case(kind, length)
+    length, q, k, v, make, mod, bb = _prepare(kind, length, quick)
     flex = BACKENDS["flex"]
 
     def ours():  # a fresh mask object: no cached block map, no cached plan
@@ -163,7 +174,7 @@ def _build(kind: str, length: int, quick: bool) -> dict:
     t = interleaved_times({"impl": ours, "peer": theirs}, warmup=1, reps=5 if quick else 10)
     impl_s, peer_s = sorted(t["impl"])[len(t["impl"]) // 2], sorted(t["peer"])[len(t["peer"]) // 2]
     return dict(
-        case=f"{kind} L={length} BlockMask build", peer=peer, impl_s=impl_s, peer_s=peer_s,
+        case=f"{kind} L={length} BlockMask build", peer=BUILD_PEER, impl_s=impl_s, peer_s=peer_s,
         extra=dict(reps=len(t["impl"])),
     )  # fmt: skip
 

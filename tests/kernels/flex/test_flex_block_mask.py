@@ -29,17 +29,14 @@ SETTINGS = settings(max_examples=80, deadline=None, derandomize=True, database=N
 CPU = torch.device("cpu")
 
 
-@st.composite
-def cases(draw):
-    return dict(
-        kind=draw(st.sampled_from([k for k in KINDS if k != "none"])),
-        batch=draw(st.sampled_from([(), (3,), (2, 3)])),
-        lq=draw(st.integers(1, 70)),
-        lk=draw(st.integers(1, 70)),
-        bq=draw(st.integers(1, 9)),
-        bk=draw(st.integers(1, 9)),
-        seed=draw(st.integers(0, 2**20)),
-    )
+LENGTHS, BLOCKS = st.integers(1, 70), st.integers(1, 9)
+CASES = st.builds(
+    dict,
+    kind=st.sampled_from([k for k in KINDS if k != "none"]),
+    batch=st.sampled_from([(), (3,), (2, 3)]),
+    lq=LENGTHS, lk=LENGTHS, bq=BLOCKS, bk=BLOCKS,
+    seed=st.integers(0, 2**20),
+)  # fmt: skip
 
 
 def _mask(c):
@@ -51,7 +48,7 @@ def _mask(c):
 
 
 @SETTINGS
-@given(c=cases())
+@given(c=CASES)
 def test_device_classes_equal_the_mask_classes(c):
     mask = _mask(c)
     if mask is None:
@@ -74,7 +71,7 @@ def _canonical(num: torch.Tensor, idx: torch.Tensor) -> list:
 
 
 @SETTINGS
-@given(c=cases(), bs=st.sampled_from([4, 8, 16]))
+@given(c=CASES, bs=st.sampled_from([4, 8, 16]))
 def test_block_mask_equals_create_block_mask(c, bs):
     mask = _mask(c)
     if mask is None:
