@@ -13,7 +13,8 @@ The same classes as :meth:`attnkit.masks.Mask.classes` (tested against it), by m
 
 Combinations: ``&`` / ``|`` combine their parts' classes; a block PARTIAL in both parts may
 be EMPTY (``&``) or FULL (``|``) together and is evaluated exactly with the combination's
-``mask_mod`` (:mod:`.mods`) on the blocks of those block rows, chunked.
+``mask_mod`` (:mod:`.block_eval`): only the band's partial blocks when a part is a band (known
+without reading any data), else every block in chunks.
 
 Shape legend: ``nq = ceil(Lq / bq)``, ``nk = ceil(Lk / bk)``; results are int8, broadcastable
 to the mask's batch_shape + (nq, nk).
@@ -27,19 +28,13 @@ import torch
 from torch import Tensor
 
 from attnkit import masks as M
-from attnkit.kernels.flex.mods import FlexLayout, allowed_mod
+from attnkit.kernels.flex.block_eval import classify_blocks, reduce_tile, refine
+from attnkit.kernels.flex.mods import FlexLayout
 from attnkit.masks.base import Intersection, Union
 from attnkit.masks.blocks import EMPTY, EVAL_ELEMENTS, FULL, PARTIAL, offset
 from attnkit.masks.tensor import KeyColumns
 
-__all__ = ["block_classes", "classify_blocks"]
-
-
-def classify_blocks(all_in: Tensor, any_in: Tensor) -> Tensor:
-    """int8 classes from 'every entry allowed' / 'some entry allowed' (on their device)."""
-    all_in, any_in = torch.broadcast_tensors(all_in, any_in)
-    out = any_in.to(torch.int8) * PARTIAL
-    return torch.where(all_in, torch.full((), FULL, dtype=torch.int8, device=out.device), out)
+__all__ = ["block_classes"]
 
 
 def _edges(n: int, block: int, dev) -> tuple[Tensor, Tensor]:
@@ -108,58 +103,15 @@ def _document(m: M.Document, lq, lk, bq, bk, dev) -> Tensor:
     return out if m.batch_shape else out[0]
 
 
-def _reduce_tile(ok: Tensor, bq: int, bk: int) -> Tensor:
-    """Classes of a bool (..., n, m) cut into (bq x bk) blocks from the top-left corner."""
-    n, m = ok.shape[-2:]
-    pq, pk = -n % bq, -m % bk
-    pad = torch.nn.functional.pad
-    all_in = pad(ok, (0, pk, 0, pq), value=True) if pq or pk else ok
-    any_in = pad(ok, (0, pk, 0, pq), value=False) if pq or pk else ok
-    shape = ok.shape[:-2] + ((n + pq) // bq, bq, (m + pk) // bk, bk)
-    return classify_blocks(
-        all_in.reshape(shape).all(-1).all(-2), any_in.reshape(shape).any(-1).any(-2)
-    )
-
-
 def _tensor(m: M.TensorMask, lq, lk, bq, bk, dev) -> Tensor:
     t = m.t.detach().to(dev)
-    return _reduce_tile(t if t.dtype == torch.bool else t != -math.inf, bq, bk)
+    return reduce_tile(t if t.dtype == torch.bool else t != -math.inf, bq, bk)
 
 
 def _columns(m: KeyColumns, lq, lk, bq, bk, dev) -> Tensor:
     c = m.cols.to(dev)
     ok = c if c.dtype == torch.bool else c != -math.inf
-    return _reduce_tile(ok[:, None, :], 1, bk)
-
-
-def _refine(mask, bm, ambiguous, lq, lk, bq, bk, layout, dev) -> Tensor:
-    """``bm`` with the ``ambiguous`` blocks replaced by their exact classes: the mask
-    evaluated with its ``mask_mod`` on index grids, chunks of block rows (no host sync)."""
-    mod = allowed_mod(mask, lq, lk, layout, dev)
-    nb = len(mask.batch_shape)
-    nq = bm.shape[-2]
-    step = max(1, EVAL_ELEMENTS // max(1, bq * lk * max(1, math.prod(mask.batch_shape))))
-    kj = torch.arange(lk, device=dev)
-    parts = []
-    for b0 in range(0, nq, step):
-        qi = torch.arange(b0 * bq, min((b0 + step) * bq, lq), device=dev)
-        ok = _grid(mod, mask.batch_shape, nb, layout, qi, kj, dev)
-        parts.append(_reduce_tile(ok, bq, bk))
-    exact = torch.cat(parts, dim=-2)
-    return torch.where(ambiguous, exact, bm)
-
-
-def _grid(mod, batch_shape, nb, layout, qi, kj, dev) -> Tensor:
-    """``mod`` evaluated on batch_shape + (len(qi), len(kj)) index grids."""
-    idx = {"b": torch.zeros((), dtype=torch.long, device=dev), "h": None}
-    idx["h"] = idx["b"]
-    for i, size in enumerate(batch_shape):
-        shape = [1] * (nb + 2)
-        shape[i] = size
-        idx[layout.dims[i]] = torch.arange(size, device=dev).reshape(shape)
-    q = qi.reshape((1,) * nb + (-1, 1))
-    k = kj.reshape((1,) * nb + (1, -1))
-    return mod(idx["b"], idx["h"], q, k).expand(batch_shape + (len(qi), len(kj)))
+    return reduce_tile(ok[:, None, :], 1, bk)
 
 
 def block_classes(
@@ -184,7 +136,7 @@ def block_classes(
             bm = classify_blocks((ma == FULL) | (mb == FULL), (ma != EMPTY) | (mb != EMPTY))
         bm = bm.expand(mask.batch_shape + bm.shape[-2:])
         ambiguous = ((ma == PARTIAL) & (mb == PARTIAL)).expand(bm.shape)
-        return _refine(mask, bm, ambiguous, q_len, kv_len, block_q, block_kv, layout, device)
+        return refine(mask, bm, ambiguous, q_len, kv_len, block_q, block_kv, layout, device)
     if isinstance(mask, M.ALiBi):
         nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
         return torch.full((nq, nk), FULL, dtype=torch.int8, device=device)
