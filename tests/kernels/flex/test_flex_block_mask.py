@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -125,3 +126,20 @@ def test_tensor_masks_build_classes_without_host_reads():
         with ReadBackSpy() as spy:
             block_classes(mask, 300, 300, 64, 64, FlexLayout(2), CPU)
         assert not spy.seen, (mask, spy.seen)
+
+
+@pytest.mark.parametrize("sort", [True, False])
+@pytest.mark.parametrize("blocks", [(1, 1), (4, 4), (3, 7), (8, 5)])
+def test_document_classes_by_sorted_search(sort, blocks):
+    """Documents of various lengths, queries and keys with different ids, the sorted-search
+    classes against Mask.classes (every block size, last blocks shorter)."""
+    g = torch.Generator().manual_seed(7)
+    bq, bk = blocks
+    for lq, lk in ((8, 8), (29, 41), (64, 17)):
+        ids = torch.randint(0, 4, (3, lq), generator=g)
+        kv = torch.randint(0, 4, (3, lk), generator=g)
+        if sort:
+            ids, kv = ids.sort(-1).values, kv.sort(-1).values
+        mask = M.document(ids, kv)
+        got = block_classes(mask, lq, lk, bq, bk, FlexLayout(1), CPU)
+        np.testing.assert_array_equal(got.numpy(), mask.classes(lq, lk, bq, bk).numpy())
