@@ -18,12 +18,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import create_block_mask
-from torch.overrides import TorchFunctionMode
 
 from attnkit import masks as M
 from attnkit.kernels.flex.block_classes import block_classes
 from attnkit.kernels.flex.block_mask import flex_classes, from_classes
 from attnkit.kernels.flex.mods import FlexLayout, build_mods, supported_mask
+from tests.kernels.flex.host_reads import ReadBackSpy
 from tests.support.masks import KINDS, make_case
 
 SETTINGS = settings(max_examples=80, deadline=None, derandomize=True, database=None)
@@ -93,22 +93,6 @@ def test_block_mask_equals_create_block_mask(c, bs):
     assert _canonical(ours.full_kv_num_blocks, ours.full_kv_indices) == _canonical(
         theirs.full_kv_num_blocks, theirs.full_kv_indices
     ), c
-
-
-class ReadBackSpy(TorchFunctionMode):
-    """Records every call that reads a tensor's value back to the host."""
-
-    READS = {"item", "tolist", "__bool__", "cpu", "numpy", "__int__", "__float__", "__index__"}
-
-    def __init__(self):
-        super().__init__()
-        self.seen: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in self.READS:
-            self.seen.append(name)
-        return func(*args, **(kwargs or {}))
 
 
 def test_tensor_masks_build_classes_without_host_reads():

@@ -28,6 +28,7 @@ from attnkit import masks as M
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.flex import FlexBackend
 from attnkit.kernels.flex.mods import supported_mask
+from tests.kernels.flex.host_reads import ReadBackSpy
 from tests.support import layouts
 from tests.support.masks import KINDS, make_case, ref_mask
 from tests.support.numerics import split_mask
@@ -160,3 +161,16 @@ def test_fully_masked_rows_give_zero_with_and_without_sinks(cpu_backward):
         grads = torch.autograd.grad(out.sum(), (q, k, v))
         assert not any(torch.isnan(t).any() for t in grads)
         assert torch.equal(grads[0][1], torch.zeros_like(grads[0][1]))
+
+
+def test_plan_and_forward_read_nothing_back_to_the_host():
+    """Block classes, BlockMask and the Flex call with sinks: no .item(), .tolist(),
+    bool(tensor) or .cpu() (what would stall a CUDA call until the GPU drains)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.sort(torch.randint(0, 5, (2, 300), generator=g), -1).values
+    mask = M.document(ids) & M.causal()
+    q = torch.randn(2, 2, 300, 16, generator=g)
+    call = AttentionCall.dot(q, q, q, mask, 0.25, 0.0, False, 30.0, torch.zeros(2))
+    with ReadBackSpy() as spy:
+        FlexBackend(compiled=False, block_size=64).run(call)
+    assert not spy.seen, spy.seen
