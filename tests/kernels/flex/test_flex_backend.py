@@ -166,7 +166,7 @@ def test_compiled_cuda_bf16_matches_float64(kind, extras):
     sinks = torch.randn(h, generator=gen, dtype=torch.float64) if extras.get("sinks") else None
     cap = extras.get("softcap")
     leaves = [t.cuda().bfloat16().requires_grad_() for t in (q, k, v)]
-    s_dev = None if sinks is None else sinks.float().cuda().requires_grad_()
+    s_dev = None if sinks is None else sinks.cuda().bfloat16().requires_grad_()
     fn = F.grouped_query_attention if g != h else F.scaled_dot_product_attention
     out = fn(*leaves, mask, backend="flex", softcap=cap, sinks=s_dev)
     go = torch.randn(out.shape, generator=gen, dtype=torch.float64)
