@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 PREFERENCE: dict[str, tuple[str, ...]] = {
-    "dot": ("decode", "blocksparse", "dense", "math"),
+    "dot": ("decode", "flex", "blocksparse", "dense", "math"),
     "additive": ("additive_fused", "additive_chunked", "math"),
 }
 """Per score kind, the order in which ``backend="auto"`` tries the backends."""

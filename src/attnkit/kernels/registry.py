@@ -13,6 +13,7 @@ from attnkit.kernels.base import Backend
 from attnkit.kernels.blocksparse import BlocksparseBackend
 from attnkit.kernels.decode import DecodeBackend
 from attnkit.kernels.dense import DenseBackend
+from attnkit.kernels.flex import FlexBackend
 from attnkit.kernels.torch_math import MathBackend
 
 __all__ = ["BACKENDS"]
@@ -21,6 +22,7 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         DecodeBackend(),
+        FlexBackend(),
         BlocksparseBackend(),
         DenseBackend(),
         AdditiveFusedBackend(),

@@ -1,0 +1,186 @@
+"""The ``flex`` backend as dispatch sees it: what it refuses and why, when ``auto`` chooses it
+(only on CUDA, only for a structured mask), the compile note of ``explain_dispatch``, the plan
+kept per mask and shape (and dropped when the mask's data changes in place), one compiled CPU
+call against float64; and, on a CUDA GPU only, the compiled kernel in bf16 against float64
+with forward and backward."""
+
+from __future__ import annotations
+
+import types
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit import functional as F
+from attnkit import masks as M
+from attnkit.kernels import BACKENDS, dispatch
+from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.flex import FlexBackend
+from tests.support.masks import ref_mask
+from tests.support.masks import sliding_window as spec_window
+from tests.support.numerics import split_mask
+from tests.support.sinks import check_close, torch_reference
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _qkv(shape=(2, 2, 33, 16), dtype=torch.float32, grad=False, device="cpu", kv_len=None):
+    g = torch.Generator().manual_seed(0)
+    kshape = shape[:-2] + (kv_len or shape[-2], shape[-1])
+    return [
+        torch.randn(s, generator=g, dtype=torch.float64)
+        .to(device=device, dtype=dtype)
+        .requires_grad_(grad)
+        for s in (shape, kshape, kshape)
+    ]
+
+
+def _call(q, k, v, mask, **kw):
+    p, rw = kw.pop("dropout_p", 0.0), kw.pop("rw", False)
+    return AttentionCall.dot(q, k, v, mask, 0.25, p, rw, **kw)
+
+
+def test_registered_after_decode_in_the_preference_order():
+    assert isinstance(BACKENDS["flex"], FlexBackend)
+    order = dispatch.preference("dot")
+    assert order.index("decode") < order.index("flex") < order.index("dense")
+
+
+def test_auto_never_chooses_flex_on_a_cpu():
+    q, k, v = _qkv()
+    d = F.explain_dispatch(q, k, v, M.sliding_window(3) & M.causal())
+    assert d.chosen != "flex"
+    assert "CPU" in " ".join(d.reasons["flex"])
+
+
+def test_auto_would_choose_it_on_cuda_for_structured_masks_only():
+    """speed_reasons on a stand-in for a CUDA call (no GPU needed: only the device is read)."""
+    b = FlexBackend()
+    cuda_q = types.SimpleNamespace(device=torch.device("cuda"))
+    window = types.SimpleNamespace(q=cuda_q, mask=M.sliding_window(3) & M.causal())
+    assert b.speed_reasons(window) == []
+    for mask in (None, M.causal()):
+        why = b.speed_reasons(types.SimpleNamespace(q=cuda_q, mask=mask))
+        assert why and "SDPA" in why[0]
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("float64", "dtype"),
+        ("dropout", "dropout"),
+        ("weights", "weights"),
+        ("cpu_grad", "backward on CPU"),
+        ("bias_grad", "learned score bias"),
+        ("three_batch_dims", "batch dims"),
+    ],
+)
+def test_refusals_say_why(case, words):
+    mask = M.sliding_window(2)
+    if case == "float64":
+        call = _call(*_qkv(dtype=torch.float64), mask)
+    elif case == "dropout":
+        call = _call(*_qkv(), mask, dropout_p=0.1)
+    elif case == "weights":
+        call = _call(*_qkv(), mask, rw=True)
+    elif case == "cpu_grad":
+        call = _call(*_qkv(grad=True), mask)
+    elif case == "bias_grad":
+        bias = torch.zeros(33, 33, requires_grad=True)
+        call = _call(*_qkv(), M.TensorMask(bias))
+    else:
+        call = _call(*_qkv(shape=(2, 2, 2, 9, 8)), mask)
+    why = " ".join(BACKENDS["flex"].not_supported_reasons(call))
+    assert words in why, why
+    # dispatch still serves the call with another backend
+    assert dispatch.select(call).name != "flex"
+
+
+def test_forced_on_cpu_and_the_plan_is_kept_per_mask_and_shape():
+    q, k, v = _qkv(kv_len=41)
+    lengths = torch.tensor([41, 20])
+    mask = M.key_padding(lengths) & M.causal("bottom_right")
+    backend = FlexBackend(compiled=False, block_size=16)
+    plan = backend.plan(_call(q, k, v, mask))
+    assert backend.plan(_call(q, k, v, mask)) is plan  # from the mask's plan cache
+    assert backend.plan(_call(*_qkv(shape=(2, 2, 17, 16), kv_len=41), mask)) is not plan
+    mask.leaves()[0].lengths[1] = 5  # the mask's data changes in place: a new plan
+    new = backend.plan(_call(q, k, v, mask))
+    assert new is not plan
+    out, _ = dispatch.run(_call(q, k, v, mask), backend)
+    spec = _reference_mask(mask, 33, 41)
+    o64, _ = torch_reference(q.double(), k.double(), v.double(), spec, None, 0.25, None, None)
+    check_close(out.double().numpy(), o64.numpy(), torch.float32, "output after the change")
+
+
+def _reference_mask(mask, lq, lk):
+    # the independent reference of key padding & bottom-right causal, written out
+    lengths = mask.leaves()[0].lengths
+    i, j = torch.arange(lq)[:, None], torch.arange(lk)[None, :]
+    return ((j < lengths[:, None, None]) & (j <= i + lk - lq))[:, None]
+
+
+def test_compile_note_until_the_first_compiled_call():
+    """One compiled CPU call (about 20 s on a loaded 2-core machine): the note, then the
+    result against float64, then no note for the same kind of call."""
+    q, k, v = _qkv()
+    spec = spec_window(5, 0)
+    backend = FlexBackend(compiled=True, block_size=16)
+    call = _call(q, k, v, spec.mask)
+    notes = backend.choice_notes(call)
+    assert notes and "compiles" in notes[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, _ = dispatch.run(call, backend)
+    allowed, _ = split_mask(ref_mask(spec, (2, 2), 33, 33))
+    o64, _ = torch_reference(
+        q.double(), k.double(), v.double(), torch.from_numpy(np.asarray(allowed)), None, 0.25,
+        None, None,
+    )  # fmt: skip
+    check_close(out.double().numpy(), o64.numpy(), torch.float32, "compiled output")
+    assert backend.choice_notes(_call(q, k, v, spec.mask)) == []
+
+
+@CUDA
+@pytest.mark.parametrize("kind", ["window", "document", "key_padding", "alibi_causal"])
+@pytest.mark.parametrize("extras", [{}, {"softcap": 20.0}, {"sinks": True}, {"gqa": True}])
+def test_compiled_cuda_bf16_matches_float64(kind, extras):
+    """The compiled kernel, bf16, forward and backward (q, k, v, sinks) against float64 on the
+    CPU; bf16 tolerance: 3e-2 relative (8 bits of mantissa, long sums in float32)."""
+    b, h, lq, lk, d = 2, 4, 300, 333, 64
+    g = 2 if extras.get("gqa") else h
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(b, h, lq, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(b, g, lk, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(b, g, lk, d, generator=gen, dtype=torch.float64)
+    ids = torch.sort(torch.randint(0, 4, (b, lk), generator=gen), -1).values
+    mask = {
+        "window": M.sliding_window(64, 0, "bottom_right"),
+        "document": M.document(ids[:, :lq], ids),
+        "key_padding": M.key_padding([lk, 100]),
+        "alibi_causal": M.ALiBi(M.alibi_slopes(h)) & M.causal("bottom_right"),
+    }[kind]
+    sinks = torch.randn(h, generator=gen, dtype=torch.float64) if extras.get("sinks") else None
+    cap = extras.get("softcap")
+    leaves = [t.cuda().bfloat16().requires_grad_() for t in (q, k, v)]
+    s_dev = None if sinks is None else sinks.cuda().bfloat16().requires_grad_()
+    fn = F.grouped_query_attention if g != h else F.scaled_dot_product_attention
+    out = fn(*leaves, mask, backend="flex", softcap=cap, sinks=s_dev)
+    go = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    ins = [*leaves, *([s_dev] if s_dev is not None else [])]
+    got = torch.autograd.grad(out, ins, go.cuda().bfloat16())
+    x64 = [t.detach().cpu().double().requires_grad_() for t in leaves]
+    s64 = None if sinks is None else s_dev.detach().cpu().double().requires_grad_()
+    k64, v64 = (t.repeat_interleave(h // g, 1) for t in x64[1:])
+    allowed = mask.materialize(lq, lk)
+    allowed = allowed[:, None] if allowed.dim() == 3 else allowed  # (B, Lq, Lk): per batch
+    bias = mask.materialize_bias(lq, lk, torch.float64)
+    o64, _ = torch_reference(x64[0], k64, v64, allowed, bias, d**-0.5, cap, s64)
+    refs = torch.autograd.grad(o64, [*x64, *([s64] if s64 is not None else [])], go)
+    for name, a, r in zip(("out", "dq", "dk", "dv", "dsinks"), (out, *got), (o64, *refs)):
+        a, r = a.detach().cpu().double(), r.detach()
+        err = (a - r).norm() / max(r.norm(), 1e-6)
+        assert err <= 3e-2, (name, kind, extras, float(err))
