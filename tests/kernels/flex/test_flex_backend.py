@@ -15,7 +15,7 @@ import torch
 
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels import BACKENDS, dispatch
+from attnkit.kernels import BACKENDS, dispatch, numerics
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.flex import FlexBackend
 from tests.support.masks import ref_mask
@@ -184,3 +184,28 @@ def test_compiled_cuda_bf16_matches_float64(kind, extras):
         a, r = a.detach().cpu().double(), r.detach()
         err = (a - r).norm() / max(r.norm(), 1e-6)
         assert err <= 3e-2, (name, kind, extras, float(err))
+
+
+def test_a_float64_decision_goes_to_math_with_its_reason():
+    """The policy's stage decides float64 (scores that would overflow float32) or an explicit
+    softmax's backward: flex cannot compute either, so dispatch hands the call to math and says
+    why; the result is math's, checked against float64."""
+    from attnkit.kernels.call_state import NumericsDecision
+
+    q, k, v = _qkv(kv_len=41)
+    call = _call(q, k, v, M.causal("bottom_right"))
+    wide = NumericsDecision(torch.float64, True)
+    why = dispatch.fallbacks(call, "flex", wide)
+    assert why and why[0].startswith("flex hands the call to math") and "float64" in why[0]
+    grad = NumericsDecision(torch.float32, True, fused_backward_ok=False)
+    assert "flex hands the call to math" in dispatch.fallbacks(call, "flex", grad)[0]
+    assert dispatch.fallbacks(call, "flex", NumericsDecision(torch.float32, True)) == ()
+    big = 1e37  # |score| up to ~1e39: overflows float32, so the host path decides float64
+    call = _call(q * big, k, v, M.causal("bottom_right"))
+    assert numerics.prepare(call)[1].compute == torch.float64  # the decision flex refuses
+    out, _ = dispatch.run(call, FlexBackend(False, 16))
+    spec = torch.ones(33, 41, dtype=torch.bool).tril(41 - 33)
+    o64, _ = torch_reference(
+        (q * big).double(), k.double(), v.double(), spec, None, 0.25, None, None
+    )
+    check_close(out.double().numpy(), o64.numpy(), torch.float32, "float64 fallback output")
