@@ -178,8 +178,10 @@ OPTIONS: dict[str, tuple[str, dict]] = {
                      help="feed-forward activation (lm gelu, others relu)")),
     "--positions": ("positions", dict(choices=("sinusoidal", "learned"), help="lm: "
                     "sinusoidal (x sqrt(d_model), default) or learned (GPT-2, --block-size rows)")),
-    "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast "
-               "(only on CPUs with native bf16: AVX512-BF16, AMX or Arm bf16)")),
+    "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast (CPUs with native "
+               "bf16: AVX512-BF16, AMX or Arm bf16; GPUs with bf16: Ampere or newer)")),
+    "--compile": ("compile", dict(action="store_true", help="torch.compile the model (the "
+                  "first step includes the compile time, which is reported)")),
 }  # fmt: skip
 NAMES = {field: opt for opt, (field, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
 

@@ -29,6 +29,7 @@ RUN_FIELDS = frozenset(
     {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
 ) | {"accumulate", "dist_timeout"}  # accumulate: the trainer checks processes x accumulate
 RUN_FIELDS |= {"best_metric", "early_stop"}  # issue 21: best/ and early stopping
+RUN_FIELDS |= {"compile"}  # issue 30: how the same model runs, not what it is
 
 _SYNTHETIC = dict(
     tokenizer="word",
@@ -165,6 +166,7 @@ class TrainConfig:
     bias: bool = True
     activation: str | None = None
     bf16: bool = False
+    compile: bool = False  # torch.compile of the model (issue 30)
     positions: str = "sinusoidal"  # issue 21: lm positions, sinusoidal or learned
 
     def resolved(self) -> TrainConfig:
@@ -297,7 +299,7 @@ def _resolve_lm_recipe(c: TrainConfig) -> None:
 
 
 def _validate_lm_recipe(c: TrainConfig) -> None:
-    for name in ("lines", "tie_embeddings", "norm_first", "bias", "bf16"):
+    for name in ("lines", "tie_embeddings", "norm_first", "bias", "bf16", "compile"):
         flag(name, getattr(c, name))
     choice("schedule", c.schedule, ("noam", "cosine", "constant"))
     choice("activation", c.activation, ("gelu", "relu"))

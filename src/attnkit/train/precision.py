@@ -1,12 +1,18 @@
-"""Whether this CPU computes bfloat16 natively, which ``--bf16`` autocast requires: the same
-/proc/cpuinfo flags ``attnkit info`` reports as "native bf16" (x86 AVX512-BF16 or AMX-BF16,
-Arm bf16). Elsewhere bf16 matmuls are emulated and slower than float32."""
+"""Whether the run's device computes bfloat16 natively, which ``--bf16`` autocast requires.
+
+On the CPU: the same /proc/cpuinfo flags ``attnkit info`` reports as "native bf16" (x86
+AVX512-BF16 or AMX-BF16, Arm bf16); elsewhere bf16 matmuls are emulated and slower than float32.
+On CUDA: ``torch.cuda.is_bf16_supported()`` (Ampere and newer)."""
 
 from __future__ import annotations
 
+import contextlib
+
+import torch
+
 from attnkit.cpu import native_bf16
 
-__all__ = ["require_native_bf16"]
+__all__ = ["autocast", "require_bf16", "require_native_bf16"]
 
 
 def require_native_bf16() -> None:
@@ -18,3 +24,26 @@ def require_native_bf16() -> None:
             "/proc/cpuinfo; see 'attnkit info'), where bf16 autocast is slower than float32; "
             "train without --bf16"
         )
+
+
+def require_bf16(device: torch.device) -> None:
+    """ValueError naming ``bf16`` when ``device`` has no native bfloat16: the CPU's flags
+    (:func:`require_native_bf16`), a GPU without bf16 (before Ampere), or another device."""
+    if device.type == "cpu":
+        require_native_bf16()
+    elif device.type == "cuda":
+        if not torch.cuda.is_bf16_supported():
+            name = torch.cuda.get_device_name(device)
+            raise ValueError(
+                f"bf16: this GPU ({name}) has no native bfloat16 (it needs compute capability "
+                "8.0 or newer: A100, RTX 30xx, H100 and later); train without --bf16"
+            )
+    else:
+        raise ValueError(f"bf16: autocast is supported on cpu and cuda, not on {device.type}")
+
+
+def autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextManager:
+    """bfloat16 autocast on ``device``'s type when ``bf16``, else nothing."""
+    if not bf16:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
