@@ -144,3 +144,11 @@ lm-bench: $(STAMP_RUN)
 
 lm-shakespeare: $(STAMP_RUN)
 	$(BIN)/python scripts/lm_shakespeare.py
+
+# The GPU race: nanoGPT's train_shakespeare_char recipe (compiled, bf16, 5,000 steps) on the
+# plain-PyTorch peer and on attnkit train, one after the other on one GPU (under 6 minutes on an
+# H100-class GPU). Needs a CUDA torch: without the wheel directory make installs PyPI's (the CUDA
+# build); in a venv that has one, run benchmarks/lm_race_gpu.py directly.
+.PHONY: lm-bench-gpu
+lm-bench-gpu: $(STAMP_RUN)
+	cd benchmarks && ../$(BIN)/python lm_race_gpu.py --device cuda
