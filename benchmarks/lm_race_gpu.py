@@ -32,20 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from lm_race import DATA, LN2
+from lm_race import DATA, LN2, SAME
 
 HERE = Path(__file__).resolve().parent
 TARGET = 1.48
 BUDGET_S = 360.0
 
-GPU_RECIPE = dict(
-    tokenizer="char", block_size=256, batch_size=64, d_model=384, nhead=6, layers=6,
-    dim_feedforward=1536, dropout=0.2, schedule="cosine", lr=1e-3, min_lr=1e-4, warmup=100,
-    betas=(0.9, 0.99), weight_decay=0.1, clip=1.0, tie_embeddings=True, norm_first=True,
-    bias=False, activation="gelu", label_smoothing=0.0, positions="learned", seed=1337,
-)  # fmt: skip
-"""nanoGPT's train_shakespeare_char in attnkit's TrainConfig fields (learned positions, as
-nanoGPT's wpe)."""
+GPU_RECIPE = dict(SAME, block_size=256, batch_size=64, d_model=384, nhead=6, layers=6,
+                  dim_feedforward=1536, dropout=0.2, positions="learned")  # fmt: skip
+"""nanoGPT's train_shakespeare_char in attnkit's TrainConfig fields: the CPU recipe of
+lm_race.py (schedule, betas, weight decay, clip, no biases, tied embeddings) scaled up, with
+dropout 0.2 and learned positions (nanoGPT's wpe)."""
 
 TINY = dict(GPU_RECIPE, block_size=16, batch_size=4, d_model=32, nhead=2, layers=1,
             dim_feedforward=128, warmup=2)  # fmt: skip

@@ -7,27 +7,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.support.benchmarks import BENCH, bench_module  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_gpu_hf
-    finally:
-        sys.path.remove(str(BENCH))
     import attnkit.integrations.transformers as ak_hf
 
     ak_hf.register()
-    return bench_gpu_hf
+    return bench_module("bench_gpu_hf")
 
 
 @pytest.mark.parametrize("kind", ["mistral", "llama", "gemma2", "gptoss"])

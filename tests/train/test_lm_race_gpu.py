@@ -6,23 +6,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support.benchmarks import BENCH, bench_module
 from tests.train.conftest import RHYME
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def race():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import lm_race_gpu
-    finally:
-        sys.path.remove(str(BENCH))
-    return lm_race_gpu
+    return bench_module("lm_race_gpu")
 
 
 def test_the_recipe_is_nanogpts_train_shakespeare_char(race):
