@@ -97,6 +97,5 @@ def target_count(kind: str, examples: list) -> int:
     """The number of target tokens of a batch of training examples (``kind`` "lm": windows,
     each predicting all its ids but the first; else (src, tgt) pairs, predicting tgt[1:]),
     counted on the host: the non-PAD targets :func:`batch_logits` returns."""
-    if kind == "lm":
-        return sum(len(e[0]) - 1 for e in examples)
-    return sum(len(e[1]) - 1 for e in examples)
+    seqs = [e[0] if kind == "lm" else e[1] for e in examples]
+    return sum(len(s) - 1 - s[1:].count(PAD) for s in seqs)
