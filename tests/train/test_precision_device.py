@@ -86,3 +86,38 @@ def test_gpu_generator_states_are_stored_and_restored(monkeypatch):
 
 def test_trainer_reads_the_run_device():
     assert trainer.current() == torch.device("cpu")
+
+
+def test_fp16_is_refused_off_a_gpu_and_with_bf16(tmp_path):
+    with pytest.raises(ValueError, match=r"^fp16: float16 autocast with gradient scaling runs on"):
+        precision.require_fp16(torch.device("cpu"))
+    precision.require_fp16(torch.device("cuda"))
+    with pytest.raises(ValueError, match=r"^fp16: choose --bf16 or --fp16, not both"):
+        TrainConfig(bf16=True, fp16=True).resolved()
+    with pytest.raises(ValueError, match=r"^fp16: float16 autocast"):
+        train(TrainConfig(max_steps=1, fp16=True), tmp_path / "r", echo=lambda _: None)
+    assert not (tmp_path / "r").exists()
+
+
+def test_fp16_scales_the_loss_unscales_before_clipping_and_keeps_the_scale(monkeypatch, tmp_path):
+    """--fp16 on the CPU's own autocast and gradient scaler (a GPU's work the same way): the
+    scaler's state goes into the checkpoint, and a resumed run goes on from it."""
+    import json
+
+    from safetensors.torch import load_file  # noqa: F401 - the state is JSON, read below
+
+    monkeypatch.setattr(trainer, "require_fp16", lambda device: None)
+    c = TrainConfig(task="reverse", train_size=64, valid_size=8, vocab=6, length=5, d_model=16,
+                    nhead=2, layers=1, dim_feedforward=32, batch_size=8, max_steps=3,
+                    save_every=3, fp16=True)  # fmt: skip
+    lines: list[str] = []
+    out = train(c, tmp_path / "r", echo=lines.append)
+    state = json.loads((out / "state.json").read_text())
+    assert state["scaler"]["scale"] > 0 and "fp16 autocast, scaled gradients" in lines[1]
+    seen = []
+    real = torch.amp.GradScaler.load_state_dict
+    monkeypatch.setattr(torch.amp.GradScaler, "load_state_dict",
+                        lambda self, sd: seen.append(sd) or real(self, sd))  # fmt: skip
+    train(TrainConfig(**{**c.__dict__, "max_steps": 4}), tmp_path / "r", resume=out,
+          echo=lambda _: None)  # fmt: skip
+    assert seen == [state["scaler"]]

@@ -180,6 +180,8 @@ OPTIONS: dict[str, tuple[str, dict]] = {
                     "sinusoidal (x sqrt(d_model), default) or learned (GPT-2, --block-size rows)")),
     "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast (CPUs with native "
                "bf16: AVX512-BF16, AMX or Arm bf16; GPUs with bf16: Ampere or newer)")),
+    "--fp16": ("fp16", dict(action="store_true", help="float16 autocast with gradient scaling "
+               "(CUDA; for GPUs without bf16)")),
     "--compile": ("compile", dict(action="store_true", help="torch.compile the model (the "
                   "first step includes the compile time, which is reported)")),
 }  # fmt: skip

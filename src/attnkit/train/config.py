@@ -167,6 +167,7 @@ class TrainConfig:
     activation: str | None = None
     bf16: bool = False
     compile: bool = False  # torch.compile of the model (issue 30)
+    fp16: bool = False  # float16 autocast + gradient scaling, GPUs without bf16 (issue 30)
     positions: str = "sinusoidal"  # issue 21: lm positions, sinusoidal or learned
 
     def resolved(self) -> TrainConfig:
@@ -299,8 +300,10 @@ def _resolve_lm_recipe(c: TrainConfig) -> None:
 
 
 def _validate_lm_recipe(c: TrainConfig) -> None:
-    for name in ("lines", "tie_embeddings", "norm_first", "bias", "bf16", "compile"):
+    for name in ("lines", "tie_embeddings", "norm_first", "bias", "bf16", "compile", "fp16"):
         flag(name, getattr(c, name))
+    if c.bf16 and c.fp16:
+        raise ValueError("fp16: choose --bf16 or --fp16, not both")
     choice("schedule", c.schedule, ("noam", "cosine", "constant"))
     choice("activation", c.activation, ("gelu", "relu"))
     if c.schedule == "noam" and c.lr is not None:

@@ -12,7 +12,7 @@ import torch
 
 from attnkit.cpu import native_bf16
 
-__all__ = ["autocast", "require_bf16", "require_native_bf16"]
+__all__ = ["autocast", "grad_scaler", "require_bf16", "require_fp16", "require_native_bf16"]
 
 
 def require_native_bf16() -> None:
@@ -42,8 +42,26 @@ def require_bf16(device: torch.device) -> None:
         raise ValueError(f"bf16: autocast is supported on cpu and cuda, not on {device.type}")
 
 
-def autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextManager:
-    """bfloat16 autocast on ``device``'s type when ``bf16``, else nothing."""
-    if not bf16:
+def require_fp16(device: torch.device) -> None:
+    """ValueError naming ``fp16`` unless ``device`` is a GPU (float16 with gradient scaling is
+    for GPUs without bf16; on a CPU, float16 matmuls are slower than float32)."""
+    if device.type != "cuda":
+        raise ValueError(
+            f"fp16: float16 autocast with gradient scaling runs on a CUDA GPU, not on "
+            f"{device.type}; on a CPU use --bf16 (native bf16 CPUs) or neither"
+        )
+
+
+def autocast(
+    device: torch.device, bf16: bool, fp16: bool = False
+) -> contextlib.AbstractContextManager:
+    """bfloat16 (``bf16``) or float16 (``fp16``) autocast on ``device``'s type, else nothing."""
+    if not (bf16 or fp16):
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.bfloat16 if bf16 else torch.float16)
+
+
+def grad_scaler(device: torch.device, fp16: bool) -> torch.amp.GradScaler | None:
+    """The gradient scaler of an ``fp16`` run on ``device`` (None otherwise): float16 gradients
+    underflow without it."""
+    return torch.amp.GradScaler(device.type) if fp16 else None

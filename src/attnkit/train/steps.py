@@ -108,6 +108,7 @@ def optimizer_step(
     d: Dist,
     micro: list[np.ndarray],
     time_up: Callable[[], bool],
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[Tensor, int, bool]:
     """One optimiser step on this rank's micro-batches ``micro`` (arrays of example indices);
     returns (this rank's summed token loss of the step: a float64 0-dim tensor on the run's
@@ -131,19 +132,25 @@ def optimizer_step(
     for k, ids in enumerate(micro):
         batch = [data.examples[i] for i in ids]
         with d.sync(model, last=k == len(micro) - 1):
-            with autocast(current(), c.bf16):
+            with autocast(current(), c.bf16, c.fp16):
                 loss, n = loss_sum(model, data.kind, batch, c.label_smoothing, data.pack)
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
         part = loss.detach().double()
         loss_total, ntok = part if loss_total is None else loss_total + part, ntok + n
     count, stops = d.all_sum([ntok, float(time_up())])
+    if scaler is not None:  # fp16: gradients back to their true scale (inf/NaN noted)
+        scaler.unscale_(opt)
     scale = d.world_size / max(count, 1.0)
     for p in model.parameters():
         if p.grad is not None:
             p.grad.mul_(scale)
     if c.clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip)
-    opt.step()
+    if scaler is None:
+        opt.step()
+    else:  # skips the step when a gradient overflowed, and adapts the scale
+        scaler.step(opt)
+        scaler.update()
     return loss_total, int(count), stops > 0
 
 

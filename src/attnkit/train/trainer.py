@@ -39,7 +39,7 @@ from attnkit.train.device import current
 from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
 from attnkit.train.interrupt import Interrupt
 from attnkit.train.optim import build_optimizer, recipe_summary, schedule_of
-from attnkit.train.precision import require_bf16
+from attnkit.train.precision import grad_scaler, require_bf16, require_fp16
 from attnkit.train.progress import Progress, Reporter
 from attnkit.train.state import gpu_rng, load_optimizer_state, optimizer_state, rng_state
 from attnkit.train.steps import (
@@ -119,6 +119,8 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
         session.check_out(out, None if loaded is None else loaded.path)
     if c.bf16:
         require_bf16(current())
+    if c.fp16:
+        require_fp16(current())
     if c.threads is not None:
         torch.set_num_threads(c.threads)
     data = prepare(c, None if loaded is None else loaded.tokenizer)
@@ -228,6 +230,9 @@ def _train(
     lr_at = schedule_of(c)
     held = heldout_examples(data, c) if d.is_main else []
     best = Best.from_dict(s.state.get("best"), c.best_metric)
+    scaler = grad_scaler(current(), c.fp16)
+    if scaler is not None and "scaler" in s.state:
+        scaler.load_state_dict(s.state["scaler"])
 
     def files(extra: dict[str, bytes]) -> dict[str, bytes]:
         opt_t, opt_meta = optimizer_state(opt)
@@ -243,7 +248,7 @@ def _train(
             "rng": rng_meta,
             "schedule": {"kind": c.schedule, "step": step, "lr": lr_at(max(step, 1))},
             "best": best.to_dict(),
-        }
+        } | ({} if scaler is None else {"scaler": scaler.state_dict()})
         return (
             session.checkpoint_files(
                 model=s.model,
@@ -342,7 +347,9 @@ def _train(
                     g["lr"] = lr
                 t_step = time.monotonic()
                 with d.guard(f"step {step}"):
-                    loss_sum, ntok, stop = optimizer_step(model, opt, data, c, d, micro, time_up)
+                    loss_sum, ntok, stop = optimizer_step(
+                        model, opt, data, c, d, micro, time_up, scaler
+                    )
                     if step % c.log_every == 0 or loss_value is None:  # read back at log steps
                         loss_value = mean_loss(loss_sum, ntok, d)
                 tokens, stepping = tokens + ntok, stepping + time.monotonic() - t_step
