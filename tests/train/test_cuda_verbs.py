@@ -49,9 +49,11 @@ def test_train_seq2seq_tasks(task, device, tmp_path):
     attnkit("evaluate", "--ckpt", tmp_path / "r", "--device", "cpu")  # a GPU run on the CPU
 
 
-@pytest.mark.parametrize("extra", [[], ["--pack", "--lines"], ["--checkpoint"], ["--compile"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--pack", "--lines"], ["--checkpoint"], ["--compile"], ["--fp16"]]
+)
 def test_train_lm_then_generate_and_evaluate(extra, rhyme, tmp_path):
-    bf16 = ["--bf16"] if torch.cuda.is_bf16_supported() else []
+    bf16 = ["--bf16"] if torch.cuda.is_bf16_supported() and "--fp16" not in extra else []
     attnkit("train", "--task", "lm", "--data", rhyme, "--tokenizer", "char", "--block-size", "16",
             *TINY, *extra, *bf16, "--out", tmp_path / "lm", "--device", "cuda")  # fmt: skip
     attnkit("generate", "--ckpt", tmp_path / "lm", "--prompt", "humpty", "--device", "cuda")
