@@ -150,3 +150,17 @@ def test_checkpoint_of_a_gpu_run_holds_host_tensors(runs):
     ckpt = find_checkpoint(runs / "lm")
     with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
         assert all(f.get_tensor(k).device.type == "cpu" for k in f.keys())
+
+
+def test_the_process_group_is_formed_for_the_run_device(fake_gpu, tmp_path, monkeypatch):
+    """Under torchrun a GPU run forms an NCCL group (gloo on the CPU): the trainer hands the
+    run's device to ``join``."""
+    seen = []
+    real = trainer.join
+    monkeypatch.setattr(
+        trainer, "join", lambda timeout, device: seen.append(device) or real(timeout)
+    )
+    with fake_gpu:
+        train(_config("reverse", None), tmp_path / "r", echo=lambda _: None)
+    assert seen == [GPU]
+
