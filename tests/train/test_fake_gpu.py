@@ -163,4 +163,3 @@ def test_the_process_group_is_formed_for_the_run_device(fake_gpu, tmp_path, monk
     with fake_gpu:
         train(_config("reverse", None), tmp_path / "r", echo=lambda _: None)
     assert seen == [GPU]
-
