@@ -6,17 +6,36 @@ BIN := $(VENV)/bin
 UV := $(BIN)/uv
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
-# Where torch's CPU build (2.13.0+cpu) lies as a wheel; PyPI serves the rest.
+# Two install routes. Where torch's CPU build (2.13.0+cpu) lies as a wheel in WHEELS (this
+# project's machines), the locks run.txt/dev.txt install it, PyPI the rest; elsewhere the
+# PyPI-route locks run-pypi.txt/dev-pypi.txt install PyPI's torch 2.13.0 for Linux (the CUDA
+# build, with triton and the nvidia-* libraries; it runs on a CPU too). `make route` says which.
 WHEELS ?= /opt/wheels
+TORCH_WHEEL := $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl)
+ifneq ($(TORCH_WHEEL),)
+ROUTE := wheel directory $(WHEELS) (torch 2.13.0+cpu, no CUDA libraries)
 UV_SOURCES := --find-links $(WHEELS)
-LOCK_FLAGS := --generate-hashes --python-version 3.11 -c requirements/constraints.in $(UV_SOURCES)
+LOCK_SUFFIX :=
+else
+ROUTE := PyPI only (no torch-2.13.0+cpu wheel in $(WHEELS)): torch 2.13.0 with CUDA libraries
+UV_SOURCES :=
+LOCK_SUFFIX := -pypi
+endif
+RUN_LOCK := requirements/run$(LOCK_SUFFIX).txt
+DEV_LOCK := requirements/dev$(LOCK_SUFFIX).txt
+LOCK_FLAGS := --generate-hashes --python-version 3.11 -c requirements/constraints.in --find-links $(WHEELS)
+PYPI_FLAGS := --generate-hashes --python-version 3.11 -c requirements/constraints-pypi.in
 # The locked packages, then attnkit itself (editable, no dependencies, no build isolation).
 define install_lock
+	@echo "install route: $(ROUTE); lock $(1)"
 	$(UV) pip sync --python $(BIN)/python --require-hashes $(UV_SOURCES) $(1)
 	$(UV) pip install --python $(BIN)/python --no-deps --no-build-isolation -e .
 endef
 
-.PHONY: demo test lint bench clean lock
+.PHONY: demo test lint bench clean lock route
+
+route:
+	@echo "install route: $(ROUTE); locks $(RUN_LOCK), $(DEV_LOCK)"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,13 +44,13 @@ $(UV): requirements/uv.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q --require-hashes -r requirements/uv.txt
 	touch $@
 
-$(STAMP_RUN): requirements/run.txt pyproject.toml | $(UV)
-	$(call install_lock,requirements/run.txt)
+$(STAMP_RUN): $(RUN_LOCK) pyproject.toml | $(UV)
+	$(call install_lock,$(RUN_LOCK))
 	rm -f $(STAMP_DEV)
 	touch $@
 
-$(STAMP_DEV): requirements/dev.txt pyproject.toml | $(UV)
-	$(call install_lock,requirements/dev.txt)
+$(STAMP_DEV): $(DEV_LOCK) pyproject.toml | $(UV)
+	$(call install_lock,$(DEV_LOCK))
 	touch $@ $(STAMP_RUN)
 
 # Regenerate the locks from pyproject.toml's ranges (newest releases that fit; see README).
@@ -40,6 +59,11 @@ lock: | $(UV)
 	$(UV) pip compile pyproject.toml requirements/build.in --extra model --excludes requirements/run-excludes.in $(LOCK_FLAGS) -o requirements/run.txt
 	$(UV) pip compile pyproject.toml requirements/build.in --extra hf $(LOCK_FLAGS) -o requirements/hf.txt
 	$(UV) pip compile pyproject.toml requirements/build.in --extra dev --extra model --extra hf $(LOCK_FLAGS) -o requirements/dev.txt
+	# the PyPI route: the same pins but PyPI's torch 2.13.0 (and what it pulls in)
+	for x in run dev; do grep -E '^[A-Za-z0-9]' requirements/$$x.txt | sed 's/ \\$$//' \
+		| grep -v '^torch==' > $(VENV)/pins-$$x.txt; done
+	$(UV) pip compile pyproject.toml requirements/build.in --extra model --excludes requirements/run-excludes.in $(PYPI_FLAGS) -c $(VENV)/pins-run.txt -o requirements/run-pypi.txt
+	$(UV) pip compile pyproject.toml requirements/build.in --extra dev --extra model --extra hf $(PYPI_FLAGS) -c $(VENV)/pins-dev.txt -o requirements/dev-pypi.txt
 
 demo: $(STAMP_RUN)
 	$(BIN)/attnkit explain
@@ -93,7 +117,9 @@ pack-lengths: $(STAMP_RUN)
 docs: $(STAMP_DEV)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# tests/integrations against the oldest allowed and the newest transformers, in throwaway venvs.
+# tests/integrations against the oldest allowed and the newest transformers, and tests/kernels and
+# the functional tests against the oldest allowed and the newest torch, in throwaway venvs
+# (scripts/compat.py --dry-run prints the plan).
 .PHONY: compat
 compat: $(STAMP_DEV)
 	WHEELS=$(WHEELS) $(BIN)/python scripts/compat.py
@@ -126,3 +152,11 @@ lm-bench: $(STAMP_RUN)
 
 lm-shakespeare: $(STAMP_RUN)
 	$(BIN)/python scripts/lm_shakespeare.py
+
+# The GPU race: nanoGPT's train_shakespeare_char recipe (compiled, bf16, 5,000 steps) on the
+# plain-PyTorch peer and on attnkit train, one after the other on one GPU (under 6 minutes on an
+# H100-class GPU). Needs a CUDA torch: without the wheel directory make installs PyPI's (the CUDA
+# build); in a venv that has one, run benchmarks/lm_race_gpu.py directly.
+.PHONY: lm-bench-gpu
+lm-bench-gpu: $(STAMP_RUN)
+	cd benchmarks && ../$(BIN)/python lm_race_gpu.py --device cuda

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.benchmarks import bench_module
 from tests.train.conftest import RHYME
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -63,12 +64,7 @@ def test_best_child_stops_at_its_budget(tmp_path):
 
 
 def _race():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import lm_race
-    finally:
-        sys.path.remove(str(BENCH))
-    return lm_race
+    return bench_module("lm_race")
 
 
 def test_same_row_verdicts():

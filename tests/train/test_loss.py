@@ -196,3 +196,20 @@ def test_checkpointed_training_resumes_bit_identically(tmp_path, tiny, rhyme_fil
     base = logged(plain.parent / "log.jsonl", ("loss", "val_loss"))
     assert base.keys() == want.keys()
     assert all(want[k] == pytest.approx(v, rel=1e-6) for k, v in base.items())
+
+
+def test_host_target_count_equals_the_non_pad_targets_of_a_batch():
+    """The step's token count comes from the host (nothing read back from a GPU); it must be
+    the count of non-PAD targets that the loss sums over, PAD ids inside a sequence included."""
+    from attnkit.train.batches import batch_logits, target_count
+    from attnkit.train.tokenizer import PAD
+
+    class Echo(torch.nn.Module):  # logits are irrelevant: only the targets are read
+        def forward(self, *xs):
+            return torch.zeros(*xs[-1].shape, 7)
+
+    lm = [([5, 6, PAD, 7],), ([4, 5],), ([3, 4, 5, 6, 6],)]
+    pairs = [([5, 6], [1, 5, 6, 2]), ([4], [1, PAD, 4, 2]), ([3, 3, 3], [1, 2])]
+    for kind, batch in (("lm", lm), ("seq2seq", pairs)):
+        _, y = batch_logits(Echo(), kind, batch)
+        assert target_count(kind, batch) == int((y != PAD).sum()), kind

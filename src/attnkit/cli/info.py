@@ -156,6 +156,7 @@ def _backends() -> list[dict[str, Any]]:
 def collect() -> dict[str, Any]:
     """Everything ``attnkit info`` shows, as a JSON-ready dict (schema ``attnkit.info/1``)."""
     import attnkit
+    from attnkit.support_range import torch_support
 
     numba = _numba()
     return {
@@ -169,6 +170,7 @@ def collect() -> dict[str, Any]:
             "safetensors": _dist_version("safetensors"),
             "tokenizers": _dist_version("tokenizers"),
         },
+        "torch_support": torch_support(),
         "python_executable": sys.executable,
         "platform": platform.platform(),
         "cpu": _cpu(),
@@ -214,6 +216,7 @@ def render(info: dict[str, Any]) -> None:
     t.add_column(overflow="fold")
     for name, v in info["versions"].items():
         t.add_row(name, markup(v or "not installed"))
+    t.add_row("torch range", markup(info.get("torch_support", "")))
     cpu, th, nb = info["cpu"], info["threads"], info["numba"]
     t.add_row("platform", markup(info["platform"]))
     t.add_row("CPU", markup(cpu["model"] or "unknown") + f" ({markup(cpu['machine'])})")

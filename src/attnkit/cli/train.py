@@ -184,8 +184,12 @@ OPTIONS: dict[str, tuple[str, dict]] = {
     "--eval-batches": ("eval_batches", dict(type=int, help="lm: estimate the held-out loss "
                        "from N random batches of held-out windows (nanoGPT's estimate_loss) "
                        "instead of scoring the whole held-out split at each evaluation")),
-    "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast "
-               "(only on CPUs with native bf16: AVX512-BF16, AMX or Arm bf16)")),
+    "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast (CPUs with native "
+               "bf16: AVX512-BF16, AMX or Arm bf16; GPUs with bf16: Ampere or newer)")),
+    "--fp16": ("fp16", dict(action="store_true", help="float16 autocast with gradient scaling "
+               "(CUDA; for GPUs without bf16)")),
+    "--compile": ("compile", dict(action="store_true", help="torch.compile the model (the "
+                  "first step includes the compile time, which is reported)")),
 }  # fmt: skip
 NAMES = {field: opt for opt, (field, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
 

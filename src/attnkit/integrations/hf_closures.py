@@ -20,7 +20,7 @@ __all__ = ["classify"]
 
 def _kinds() -> dict:
     """Code object -> (kind, names of the captured values we read)."""
-    t = torch.zeros(1, 1, dtype=torch.long)
+    t = torch.zeros(1, 1, dtype=torch.long, device="cpu")
     f = mu.causal_mask_function
     return {
         mu.causal_mask_function.__code__: ("causal", ()),

@@ -80,7 +80,9 @@ def quiet() -> Iterator[None]:
 def width_permutation(d_model: int) -> Tensor:
     """The order of attnkit's interleaved sinusoid columns (sin 0, cos 0, sin 1, cos 1, ...)
     that gives Pegasus's halves (sin 0, sin 1, ..., cos 0, cos 1, ...): (d_model,) indices."""
-    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+    return torch.cat(
+        [torch.arange(0, d_model, 2, device="cpu"), torch.arange(1, d_model, 2, device="cpu")]
+    )
 
 
 def _check_seq2seq(c) -> None:

@@ -171,7 +171,7 @@ def padding_node(padding: Tensor | None, ctx: Ctx) -> Node | None:
     if bool(cols.all()):
         return ALL
     lengths = cols.sum(1)
-    right = torch.arange(ctx.kv_len)[None, :] < lengths[:, None]
+    right = torch.arange(ctx.kv_len, device="cpu")[None, :] < lengths[:, None]
     if bool((right == cols).all()):
         return Node(KeyPadding(lengths), ("pad", digest(lengths)), "key padding")
     return Node(from_key_padding_mask(~cols), ("cols", digest(cols)), "key columns")
@@ -194,7 +194,7 @@ def predicate(fn: Callable, ctx: Ctx, why: str) -> Node:
     def at_positions(b, h, q, k):
         out = fn(b, h, q + qo, k + ko)
         if not isinstance(out, Tensor):
-            out = torch.as_tensor(out)
+            out = torch.as_tensor(out, device="cpu")
         if out.dtype != torch.bool:
             raise TypeError(
                 f"mask_function {getattr(fn, '__qualname__', fn)!r}: expected a bool tensor, "

@@ -6,7 +6,9 @@ of the grid as empty, full or partial cheaply and exactly (:meth:`Mask.block_map
 lets the block-sparse kernel skip masked work. Block maps are kept per mask object in a bounded
 LRU cache (:attr:`Mask.block_map_cache`), kernel plans in another (:attr:`Mask.plan_cache`);
 masks that hold tensors are immutable by convention (do not modify the tensors you passed in
-after building the mask).
+after building the mask). Masks compute on the host: every tensor they build (tiles, block
+maps, biases) is a CPU tensor whatever torch's default device (``with torch.device("cuda")``),
+and the kernels copy what they need to the inputs' device.
 
 Shape legend
 ------------

@@ -57,7 +57,7 @@ class ALiBi(Mask):
             self.batch_shape = (1, int(t.shape[0]))
         else:
             s = checks.finite_float("slopes", slopes)
-            self.slopes = torch.tensor(s, dtype=torch.float64)
+            self.slopes = torch.tensor(s, dtype=torch.float64, device="cpu")
             self.batch_shape = ()
 
     @property
@@ -71,7 +71,7 @@ class ALiBi(Mask):
         return self.batch_shape[1] if self.batch_shape else None
 
     def _allowed(self, qi, kj, q_len, kv_len):
-        return torch.ones((qi.shape[0], kj.shape[1]), dtype=torch.bool)
+        return torch.ones((qi.shape[0], kj.shape[1]), dtype=torch.bool, device="cpu")
 
     def _bias(self, qi, kj, q_len, kv_len):
         d = (kj - (qi + offset(self.alignment, q_len, kv_len))).abs().to(torch.float64)
@@ -80,7 +80,7 @@ class ALiBi(Mask):
 
     def _block_map(self, q_len, kv_len, block_q, block_kv):
         nq, nk = math.ceil(q_len / block_q), math.ceil(kv_len / block_kv)
-        return torch.full((nq, nk), FULL, dtype=torch.int8)  # every key allowed
+        return torch.full((nq, nk), FULL, dtype=torch.int8, device="cpu")  # every key allowed
 
     def _repr_fields(self):
         if self.batch_shape:
@@ -116,4 +116,4 @@ def alibi_slopes(num_heads: int) -> Tensor:
     else:
         c = 2 ** math.floor(math.log2(num_heads))
         s = pow2(c) + pow2(2 * c)[0::2][: num_heads - c]
-    return torch.tensor(s, dtype=torch.float64)
+    return torch.tensor(s, dtype=torch.float64, device="cpu")

@@ -55,7 +55,7 @@ class Band(Mask):
 
     def _allowed(self, qi, kj, q_len, kv_len):
         d = kj - (qi + offset(self.alignment, q_len, kv_len))
-        out = torch.ones(d.shape, dtype=torch.bool)
+        out = torch.ones(d.shape, dtype=torch.bool, device="cpu")
         if self.lo != -math.inf:
             out &= d >= self.lo
         if self.hi != math.inf:

@@ -179,8 +179,8 @@ class Mask:
     def tile(self, q0: int, q1: int, k0: int, k1: int, q_len: int, kv_len: int) -> Tensor:
         """Rows ``q0:q1``, columns ``k0:k1`` of the materialized mask:
         batch_shape + (q1-q0, k1-k0) bool (possibly an expanded view)."""
-        qi = torch.arange(q0, q1)[:, None]
-        kj = torch.arange(k0, k1)[None, :]
+        qi = torch.arange(q0, q1, device="cpu")[:, None]
+        kj = torch.arange(k0, k1, device="cpu")[None, :]
         out = self._allowed(qi, kj, q_len, kv_len)
         return out.expand(self.batch_shape + (q1 - q0, k1 - k0))
 
@@ -200,8 +200,8 @@ class Mask:
         a finite bias never becomes -inf, which would mean "not allowed")."""
         if not self.has_bias:
             return None
-        qi = torch.arange(q0, q1)[:, None]
-        kj = torch.arange(k0, k1)[None, :]
+        qi = torch.arange(q0, q1, device="cpu")[:, None]
+        kj = torch.arange(k0, k1, device="cpu")[None, :]
         b = self._bias(qi, kj, q_len, kv_len)
         if b is None:
             return None
@@ -234,7 +234,9 @@ class Mask:
         if bm is None:
             bm = self.classes(q_len, kv_len, block_q, block_kv)
             if self.has_bias:
-                bm = torch.where(bm == FULL, torch.tensor(PARTIAL, dtype=torch.int8), bm)
+                bm = torch.where(
+                    bm == FULL, torch.tensor(PARTIAL, dtype=torch.int8, device="cpu"), bm
+                )
             cache.put(key, bm)
         return bm
 

@@ -100,7 +100,7 @@ def offset(alignment: str | None, q_len: int, kv_len: int) -> int:
 
 def block_edges(n: int, block: int) -> tuple[Tensor, Tensor]:
     """First and last index (inclusive) of every block of ``range(n)``: two (n_blocks,) tensors."""
-    starts = torch.arange(0, n, block)
+    starts = torch.arange(0, n, block, device="cpu")
     ends = torch.clamp(starts + block, max=n) - 1
     return starts, ends
 
@@ -108,7 +108,7 @@ def block_edges(n: int, block: int) -> tuple[Tensor, Tensor]:
 def classify(all_in: Tensor, any_in: Tensor) -> Tensor:
     """Block classes (int8) from 'every entry allowed' / 'some entry allowed' booleans."""
     all_in, any_in = torch.broadcast_tensors(all_in, any_in)
-    out = torch.full(all_in.shape, PARTIAL, dtype=torch.int8)
+    out = torch.full(all_in.shape, PARTIAL, dtype=torch.int8, device="cpu")
     out[~any_in] = EMPTY
     out[all_in] = FULL
     return out

@@ -101,9 +101,9 @@ def _presence(x: Tensor, block: int, n_ids: int) -> Tensor:
     in the block."""
     r, length = x.shape
     nb = math.ceil(length / block)
-    p = torch.zeros(r * nb * n_ids, dtype=torch.float32)
-    blk = torch.arange(length) // block
-    idx = (torch.arange(r)[:, None] * nb + blk[None, :]) * n_ids + x
+    p = torch.zeros(r * nb * n_ids, dtype=torch.float32, device="cpu")
+    blk = torch.arange(length, device="cpu") // block
+    idx = (torch.arange(r, device="cpu")[:, None] * nb + blk[None, :]) * n_ids + x
     p[idx.flatten()] = 1.0
     return p.reshape(r, nb, n_ids)
 

@@ -67,14 +67,14 @@ class Predicate(Mask):
             self.batch_shape = (batch_size,) if batch_size else ()
 
     def _allowed(self, qi, kj, q_len, kv_len):
-        zero = torch.zeros((), dtype=torch.long)
+        zero = torch.zeros((), dtype=torch.long, device="cpu")
         nb = len(self.batch_shape)
         b = (
-            torch.arange(self.batch_size).reshape((-1,) + (1,) * (nb + 1))
+            torch.arange(self.batch_size, device="cpu").reshape((-1,) + (1,) * (nb + 1))
             if self.batch_size
             else zero
         )
-        h = torch.arange(self.num_heads)[:, None, None] if self.num_heads else zero
+        h = torch.arange(self.num_heads, device="cpu")[:, None, None] if self.num_heads else zero
         out = self.fn(b, h, qi + offset(self.alignment, q_len, kv_len), kj)
         if not isinstance(out, Tensor) or out.dtype != torch.bool:
             got = out.dtype if isinstance(out, Tensor) else type(out).__name__
@@ -138,7 +138,7 @@ class TensorMask(Mask):
 
     def _bias(self, qi, kj, q_len, kv_len):
         s = self._sel(qi, kj)
-        return torch.where(s == -math.inf, torch.zeros((), dtype=s.dtype), s)
+        return torch.where(s == -math.inf, torch.zeros((), dtype=s.dtype, device="cpu"), s)
 
     def _repr_fields(self):
         return {"shape": tuple(self.t.shape), "dtype": self.t.dtype}
@@ -189,7 +189,7 @@ class KeyColumns(Mask):
 
     def _bias(self, qi, kj, q_len, kv_len):
         c = self.cols[:, kj[0, :]][:, None, :]
-        c = torch.where(c == -math.inf, torch.zeros((), dtype=c.dtype), c)
+        c = torch.where(c == -math.inf, torch.zeros((), dtype=c.dtype, device="cpu"), c)
         return c.expand(-1, qi.shape[0], -1)
 
     def _block_map(self, q_len, kv_len, block_q, block_kv):

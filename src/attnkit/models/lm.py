@@ -160,6 +160,11 @@ class TransformerLM(nn.Module):
             self.generator.weight = self.embed.weight
 
     def _check_tokens(self, name: str, x: object) -> Tensor:
+        return self._checked_tokens(name, x)[0]
+
+    def _checked_tokens(self, name: str, x: object) -> tuple[Tensor, bool]:
+        """(``x`` checked: integer ids (B, L) in [0, V); whether it holds ``pad_id``), from one
+        read of the ids' device (a GPU is waited for once per forward, not three times)."""
         v = self.config.vocab_size
         if not isinstance(x, Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor of token ids, got {type(x).__name__}")
@@ -167,10 +172,11 @@ class TransformerLM(nn.Module):
             raise TypeError(f"{name}: expected an integer tensor of token ids, got dtype {x.dtype}")
         if x.dim() != 2 or 0 in x.shape:
             raise ValueError(f"{name}: expected a non-empty shape (B, L), got {tuple(x.shape)}")
-        lo, hi = int(x.min()), int(x.max())
+        has_pad = (x == self.config.pad_id).any().to(x.dtype)
+        lo, hi, pads = torch.stack([x.min(), x.max(), has_pad]).tolist()
         if lo < 0 or hi >= v:
             raise ValueError(f"{name}: token ids must lie in [0, {v}), got ids in [{lo}, {hi}]")
-        return x
+        return x, bool(pads)
 
     def _head(self, x: Tensor) -> Tensor:
         return self.generator(x if self.norm is None else self.norm(x))
@@ -205,7 +211,7 @@ class TransformerLM(nn.Module):
         (:meth:`CausalLayer.checkpointed`; the RNG state preserved, so dropout draws the same
         masks): only their inputs are kept, their activations are recomputed in the backward
         pass. Same values and gradients, less memory, about one more forward."""
-        tokens = self._check_tokens("tokens", tokens)
+        tokens, has_pad = self._checked_tokens("tokens", tokens)
         if doc_ids is not None:
             doc_ids = check_ids("doc_ids", doc_ids, tokens, "tokens")
         if position_ids is not None:
@@ -221,9 +227,7 @@ class TransformerLM(nn.Module):
         if doc_ids is not None:
             mask = document(doc_ids) & self._causal()
         else:  # a plain causal or band mask keeps the fused paths; padding only when there is some
-            mask = (
-                self._causal() & from_key_padding_mask(pad) if bool(pad.any()) else self._causal()
-            )
+            mask = self._causal() & from_key_padding_mask(pad) if has_pad else self._causal()
         x = self.positional(self.embed(tokens), position_ids=position_ids)
         save = self.checkpoint_layers and torch.is_grad_enabled()
         for layer in self.layers:

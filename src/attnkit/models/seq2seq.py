@@ -191,7 +191,7 @@ class Seq2SeqTransformer(nn.Module):
             raise TypeError(f"{name}: expected an integer tensor of token ids, got dtype {x.dtype}")
         if x.dim() != 2 or 0 in x.shape:
             raise ValueError(f"{name}: expected a non-empty shape (B, L), got {tuple(x.shape)}")
-        lo, hi = int(x.min()), int(x.max())
+        lo, hi = torch.stack([x.min(), x.max()]).tolist()  # one read of the ids' device
         if lo < 0 or hi >= vocab:
             raise ValueError(f"{name}: token ids must lie in [0, {vocab}), got ids in [{lo}, {hi}]")
         return x

@@ -17,10 +17,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit.train.device import to_run_device
 from attnkit.train.packing import PackSpec, epoch_packed_batches, pack_examples, packed_logits
 from attnkit.train.tokenizer import PAD
 
-__all__ = ["batch_logits", "collate_lm", "collate_seq2seq", "epoch_batches", "pad"]
+__all__ = [
+    "batch_logits",
+    "collate_lm",
+    "collate_seq2seq",
+    "epoch_batches",
+    "pad",
+    "target_count",
+]
 
 POOL = 32
 
@@ -46,12 +54,13 @@ def epoch_batches(
 
 
 def pad(seqs: list[list[int]]) -> Tensor:
-    """(B, L_max) long tensor of ``seqs`` right-padded with PAD."""
+    """(B, L_max) long tensor of ``seqs`` right-padded with PAD, on the run's device: filled
+    on the host, then copied in one go (:func:`attnkit.train.device.to_run_device`)."""
     width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), PAD, dtype=torch.long)
+    out = np.full((len(seqs), width), PAD, dtype=np.int64)
     for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
+        out[i, : len(s)] = s
+    return to_run_device(torch.from_numpy(out))[0]
 
 
 def collate_seq2seq(examples: list[tuple[list[int], list[int]]]) -> tuple[Tensor, Tensor, Tensor]:
@@ -82,3 +91,11 @@ def batch_logits(
         return model(x), y
     src, tgt_in, y = collate_seq2seq(examples)
     return model(src, tgt_in), y
+
+
+def target_count(kind: str, examples: list) -> int:
+    """The number of target tokens of a batch of training examples (``kind`` "lm": windows,
+    each predicting all its ids but the first; else (src, tgt) pairs, predicting tgt[1:]),
+    counted on the host: the non-PAD targets :func:`batch_logits` returns."""
+    seqs = [e[0] if kind == "lm" else e[1] for e in examples]
+    return sum(len(s) - 1 - s[1:].count(PAD) for s in seqs)

@@ -39,6 +39,7 @@ RUN_FIELDS = frozenset(
 ) | {"accumulate", "dist_timeout"}  # accumulate: the trainer checks processes x accumulate
 RUN_FIELDS |= {"best_metric", "early_stop"}  # issue 21: best/ and early stopping
 RUN_FIELDS |= {"eval_batches"}  # issue 31: nanoGPT's estimate of the held-out loss
+RUN_FIELDS |= {"compile"}  # issue 30: how the same model runs, not what it is
 
 _SYNTHETIC = dict(
     tokenizer="word",
@@ -206,6 +207,8 @@ class TrainConfig:
     bf16: bool = False
     positions: str | None = None  # issue 21: lm positions, sinusoidal or learned
     eval_batches: int | None = None  # issue 31: None = the whole held-out split
+    compile: bool = False  # torch.compile of the model (issue 30)
+    fp16: bool = False  # float16 autocast + gradient scaling, GPUs without bf16 (issue 30)
 
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
@@ -350,8 +353,10 @@ def _resolve_lm_recipe(c: TrainConfig) -> None:
 
 
 def _validate_lm_recipe(c: TrainConfig) -> None:
-    for name in ("lines", "tie_embeddings", "norm_first", "bias", "bf16"):
+    for name in ("lines", "tie_embeddings", "norm_first", "bias", "bf16", "compile", "fp16"):
         flag(name, getattr(c, name))
+    if c.bf16 and c.fp16:
+        raise ValueError("fp16: choose --bf16 or --fp16, not both")
     choice("schedule", c.schedule, ("noam", "cosine", "constant"))
     choice("activation", c.activation, ("gelu", "relu"))
     if c.schedule == "noam" and c.lr is not None:

@@ -2,10 +2,15 @@
 and a context in which the model, its inputs and every tensor a command creates live there.
 
 ``with use_device(resolve("cuda")): ...`` makes ``cuda`` torch's default device inside the
-block (``torch.device`` as a context manager), so models built and batches padded inside it are
-created on the GPU without every function taking a device argument; weights read from a
-checkpoint are copied there by ``load_state_dict``. Checkpoints are always written from CPU
-copies, so a run trained on one device is read on any other.
+block (``torch.device`` as a context manager), so models built inside it and the tensors they
+create (positions, caches, decoding state) are on the GPU without every function taking a
+device argument; weights read from a checkpoint (always on the CPU, written from CPU copies)
+are copied there by ``load_state_dict``, so a run trained on one device is read on any other.
+
+What stays on the host: mask objects (:mod:`attnkit.masks` computes on the CPU and the kernels
+copy what they need), and batches, which are padded on the host and then copied with
+:func:`to_run_device` (pinned memory and ``non_blocking`` on CUDA, so the copy overlaps the
+GPU's work instead of a copy per row).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["DEVICES", "resolve", "use_device"]
+__all__ = ["DEVICES", "current", "resolve", "to_run_device", "use_device"]
 
 DEVICES = ("cpu", "cuda", "mps")
 
@@ -55,3 +60,20 @@ def use_device(device: torch.device) -> Iterator[None]:
         return
     with device:
         yield
+
+
+def current() -> torch.device:
+    """The run's device: the one :func:`use_device` made the default (``cpu`` outside it)."""
+    return torch.get_default_device()
+
+
+def to_run_device(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Host tensors (a batch) on the run's device (:func:`current`): the tensors themselves on
+    the CPU; on CUDA pinned and copied with ``non_blocking=True`` (the copy is queued on the
+    stream, ahead of the kernels that read it, and the host goes on preparing the next batch)."""
+    device = current()
+    if device.type == "cpu":
+        return tensors
+    if device.type == "cuda":
+        tensors = tuple(t.pin_memory() for t in tensors)
+    return tuple(t.to(device, non_blocking=True) for t in tensors)

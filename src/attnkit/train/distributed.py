@@ -143,13 +143,16 @@ def _is_comm_error(e: BaseException) -> bool:
 @dataclass(frozen=True)
 class Dist:
     """This process's place in the run: ``rank`` of ``world_size`` (``local_rank`` on its
-    machine) and the collectives' ``timeout`` in seconds. ``Dist()`` is a single process, for
-    which every method below is a no-op or the identity."""
+    machine) and the collectives' ``timeout`` in seconds; ``device``: where the collectives'
+    tensors live ("cpu" for gloo; "cuda" for NCCL, which reduces GPU tensors only: the small
+    host values and generator states are copied there and back). ``Dist()`` is a single
+    process, for which every method below is a no-op or the identity."""
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     timeout: float = DEFAULT_TIMEOUT
+    device: str = "cpu"
 
     @property
     def enabled(self) -> bool:
@@ -180,7 +183,7 @@ class Dist:
         """The sum over all ranks of each value (float64; exact for integers below 2**53)."""
         if not self.enabled:
             return [float(v) for v in values]
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(t)
         return t.tolist()
 
@@ -188,9 +191,10 @@ class Dist:
         """Every rank's ``t`` (same shape and dtype on every rank), in rank order."""
         if not self.enabled:
             return [t]
-        out = [torch.empty_like(t) for _ in range(self.world_size)]
-        torch.distributed.all_gather(out, t.contiguous())
-        return out
+        src = t.to(self.device).contiguous()
+        out = [torch.empty_like(src) for _ in range(self.world_size)]
+        torch.distributed.all_gather(out, src)
+        return [o.to(t.device) for o in out]
 
     def barrier(self) -> None:
         """Wait for every rank."""
@@ -222,6 +226,12 @@ def _backend(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
+def _collective_device(backend: str, local_rank: int) -> str:
+    """Where a ``backend`` group's collectives read their tensors: this process's GPU for NCCL
+    (``cuda:LOCAL_RANK``, the device :func:`join` selected), the host otherwise."""
+    return f"cuda:{local_rank}" if backend == "nccl" else "cpu"
+
+
 _formed: dict[str, float] = {}  # the timeout of the group join() formed, once per process
 
 
@@ -239,7 +249,9 @@ def join(timeout: float = DEFAULT_TIMEOUT, device: str | torch.device = "cpu") -
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         timeout = _formed.get("timeout", timeout)
-        return Dist(dist.get_rank(), dist.get_world_size(), _env_int("LOCAL_RANK") or 0, timeout)
+        local = _env_int("LOCAL_RANK") or 0
+        where = _collective_device(dist.get_backend(), local)
+        return Dist(dist.get_rank(), dist.get_world_size(), local, timeout, where)
     env = environment()
     if env is None:
         return Dist(timeout=timeout)
@@ -264,7 +276,7 @@ def join(timeout: float = DEFAULT_TIMEOUT, device: str | torch.device = "cpu") -
         ) from None
     _formed["timeout"] = timeout
     atexit.register(_leave)
-    return Dist(rank, world, local, timeout)
+    return Dist(rank, world, local, timeout, _collective_device(_backend(device), local))
 
 
 def _leave() -> None:

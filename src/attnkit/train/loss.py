@@ -37,6 +37,7 @@ def token_cross_entropy(
     label_smoothing: float = 0.0,
     reduction: str = "sum",
     dtype: torch.dtype | None = None,
+    count: int | None = None,
 ) -> tuple[Tensor, int]:
     """(loss, number of non-PAD targets) of logits (..., V) against targets (...).
 
@@ -44,7 +45,9 @@ def token_cross_entropy(
     the number of non-PAD targets, 0 when there is none) or "none" (the token losses, shaped
     like ``targets``, 0 at PAD). PAD targets count in neither the loss nor the number.
     ``label_smoothing`` in [0, 1) as in :func:`torch.nn.functional.cross_entropy`; ``dtype``
-    casts the logits first (e.g. float64 for evaluation sums)."""
+    casts the logits first (e.g. float64 for evaluation sums). ``count``: the number of non-PAD
+    targets when the caller counted them on the host, so that nothing is read back from a GPU
+    (it is then returned as given)."""
     checks.probability("label_smoothing", label_smoothing)
     checks.choice("reduction", reduction, REDUCTIONS)
     if logits.shape[:-1] != targets.shape:
@@ -55,7 +58,8 @@ def token_cross_entropy(
     flat = logits.reshape(-1, logits.shape[-1])
     if dtype is not None:
         flat = flat.to(dtype)
-    count = int((targets != PAD).sum())
+    if count is None:
+        count = int((targets != PAD).sum())
     loss = F.cross_entropy(
         flat,
         targets.reshape(-1),

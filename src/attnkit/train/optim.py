@@ -68,6 +68,6 @@ def recipe_summary(c: TrainConfig) -> str:
         "biases" if c.bias else "no biases",
         "tied embeddings" if c.tie_embeddings else "untied embeddings",
         f"{c.positions} positions",
-        "bf16 autocast" if c.bf16 else "float32",
+        "bf16 autocast" if c.bf16 else "fp16 autocast, scaled gradients" if c.fp16 else "float32",
     ]
     return "recipe: " + ", ".join(parts)

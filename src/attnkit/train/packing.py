@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from attnkit import checks
+from attnkit.train.device import to_run_device
 from attnkit.train.loss import token_cross_entropy
 from attnkit.train.tokenizer import PAD
 
@@ -193,7 +194,8 @@ def split_long(seq: list[int], max_len: int) -> list[list[int]]:
 
 def _fill(rows: list[list[int]], seqs: list[list[int]], width: int, pad_doc: int) -> tuple:
     """(ids, doc ids, positions) (R, width) of the rows: ``seqs[i]`` is item i's ids on this
-    side; the padding after a row's k items gets document id ``k + pad_doc``."""
+    side; the padding after a row's k items gets document id ``k + pad_doc``. Filled on the
+    host, then copied to the run's device (:func:`attnkit.train.device.to_run_device`)."""
     r = len(rows)
     ids = np.full((r, width), PAD, dtype=np.int64)
     docs = np.empty((r, width), dtype=np.int64)
@@ -205,7 +207,7 @@ def _fill(rows: list[list[int]], seqs: list[list[int]], width: int, pad_doc: int
         docs[ri, :n] = np.repeat(np.arange(len(row)), lens)
         pos[ri, :n] = np.arange(n) - np.repeat(np.cumsum([0] + lens[:-1]), lens)
         docs[ri, n:] = len(row) + pad_doc
-    return torch.from_numpy(ids), torch.from_numpy(docs), torch.from_numpy(pos)
+    return to_run_device(torch.from_numpy(ids), torch.from_numpy(docs), torch.from_numpy(pos))
 
 
 def _width(rows: list[list[int]], lens: list[int]) -> int:

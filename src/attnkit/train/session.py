@@ -37,6 +37,7 @@ SECTIONS = {"model": "model's sizes", "train": "training options"}
 __all__ = [
     "BEST_RECORD",
     "Loaded",
+    "check_out",
     "check_world",
     "checkpoint_files",
     "load",
@@ -275,6 +276,19 @@ def read_train_config(path: str | Path) -> TrainConfig:
         return TrainConfig.from_dict(cfg["train"], str(cfg_path))
     except TypeError as e:
         raise CheckpointError(f"{cfg_path}: invalid checkpoint config ({e})") from None
+
+
+def check_out(out: Path, resumed: Path | None) -> None:
+    """Refuse to start over anything on disk: ``out`` must be new or empty, or the run
+    directory of the resumed checkpoint (``resumed``); ValueError naming ``out`` otherwise."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if resumed is None or resumed.parent.resolve() != out.resolve():
+            raise ValueError(
+                f"out: {out} already exists and is not empty; choose a new --out, or "
+                f"--resume {out} to continue that run"
+            )
 
 
 def check_world(loaded: Loaded, saved_world: int, world_size: int, accumulate: int) -> None:

@@ -70,10 +70,23 @@ def torch_rng_key(rank: int) -> str:
     return "rng.torch" if rank == 0 else f"rng.torch.rank{rank}"
 
 
-def rng_state(torch_states: Sequence[Tensor] | None = None) -> tuple[dict[str, Tensor], dict]:
+def gpu_rng_key(rank: int) -> str:
+    """The name of rank ``rank``'s CUDA generator state in the state tensors."""
+    return "rng.cuda" if rank == 0 else f"rng.cuda.rank{rank}"
+
+
+def gpu_rng(device: torch.device) -> Tensor | None:
+    """The state of ``device``'s CUDA generator (which dropout on the GPU draws from), or None
+    for a CPU run."""
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def rng_state(
+    torch_states: Sequence[Tensor] | None = None, gpu_states: Sequence[Tensor] = ()
+) -> tuple[dict[str, Tensor], dict]:
     """(tensors, meta) of the torch, NumPy (legacy global) and Python generators;
     ``torch_states``: every rank's torch generator state, in rank order (default: this
-    process's only)."""
+    process's only); ``gpu_states``: every rank's CUDA generator state on a GPU run."""
     np_state = np.random.get_state()
     py_version, py_internal, py_gauss = random.getstate()
     meta = {
@@ -81,7 +94,8 @@ def rng_state(torch_states: Sequence[Tensor] | None = None) -> tuple[dict[str, T
         "python": [py_version, list(py_internal), py_gauss],
     }
     states = [torch.get_rng_state()] if torch_states is None else list(torch_states)
-    return {torch_rng_key(r): s for r, s in enumerate(states)}, meta
+    tensors = {torch_rng_key(r): s for r, s in enumerate(states)}
+    return tensors | {gpu_rng_key(r): s.cpu() for r, s in enumerate(gpu_states)}, meta
 
 
 def _plain(x):
@@ -92,9 +106,12 @@ def set_rng_state(
     tensors: dict[str, Tensor], meta: dict, rank: int = 0, *, torch_state: bool = True
 ) -> None:
     """Restore what :func:`rng_state` returned: rank ``rank``'s torch generator (unless
-    ``torch_state`` is False) and the NumPy and Python generators."""
+    ``torch_state`` is False; with it, the rank's CUDA generator when the checkpoint holds it
+    and this process has a GPU) and the NumPy and Python generators."""
     if torch_state:
         torch.set_rng_state(tensors[torch_rng_key(rank)])
+        if gpu_rng_key(rank) in tensors and torch.cuda.is_available():
+            torch.cuda.set_rng_state(tensors[gpu_rng_key(rank)].cpu())
     name, key, pos, has_gauss, cached = meta["numpy"]
     np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached))
     version, internal, gauss = meta["python"]

@@ -20,17 +20,18 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.train import tokenizer as tk
-from attnkit.train.batches import batch_logits, collate_lm
+from attnkit.train.batches import batch_logits, collate_lm, target_count
 from attnkit.train.config import TrainConfig
+from attnkit.train.device import current
 from attnkit.train.distributed import Dist
 from attnkit.train.lm_eval import stream_windows
 from attnkit.train.loss import chunked_head_loss, token_cross_entropy
 from attnkit.train.metrics import exact_match, heldout_loss, translate
 from attnkit.train.packing import PackSpec, pack_lm
+from attnkit.train.precision import autocast
 from attnkit.train.scoring import corpus_bleu, group_references
 from attnkit.train.stream import random_windows
 from attnkit.train.tasks import TaskData, lm_sequences, lm_stream, lm_windows, seq2seq_example
-from attnkit.train.tokenizer import PAD
 
 __all__ = [
     "CHUNK",
@@ -38,6 +39,7 @@ __all__ = [
     "evaluate",
     "heldout_examples",
     "loss_sum",
+    "mean_loss",
     "optimizer_step",
     "training_module",
 ]
@@ -91,11 +93,12 @@ def loss_sum(
     if isinstance(getattr(model, "module", model), LMHeadLoss):
         if pack is not None:
             b = pack_lm([e[0] for e in batch], pack.max_len)
-            return model(b.inputs, b.targets, b.doc_ids, b.position_ids), b.num_tokens
+            return model(b.inputs, b.targets, b.doc_ids, b.position_ids), target_count(kind, batch)
         x, y = collate_lm(batch)
-        return model(x, y), int((y != PAD).sum())
+        return model(x, y), target_count(kind, batch)
     logits, y = batch_logits(model, kind, batch, pack)
-    return token_cross_entropy(logits, y, label_smoothing=smoothing)
+    count = target_count(kind, batch)  # on the host: packed or padded, the same targets
+    return token_cross_entropy(logits, y, label_smoothing=smoothing, count=count)
 
 
 def optimizer_step(
@@ -106,10 +109,13 @@ def optimizer_step(
     d: Dist,
     micro: list[np.ndarray],
     time_up: Callable[[], bool],
-) -> tuple[float, int, bool]:
+    scaler: torch.amp.GradScaler | None = None,
+) -> tuple[Tensor, int, bool]:
     """One optimiser step on this rank's micro-batches ``micro`` (arrays of example indices);
-    returns (the step's mean token loss over all ranks, its target tokens over all ranks,
-    whether any rank's ``time_up()`` said to stop).
+    returns (this rank's summed token loss of the step: a float64 0-dim tensor on the run's
+    device, left there so that the host does not wait for the GPU; its target tokens over all
+    ranks; whether any rank's ``time_up()`` said to stop). :func:`mean_loss` turns the first
+    into the step's mean token loss over all ranks, when the trainer logs it.
 
     Normalisation. With W ranks, K micro-batches each, L_rk the summed token losses of
     micro-batch k on rank r and N = sum N_rk the step's target tokens on all ranks, the step
@@ -123,23 +129,36 @@ def optimizer_step(
     differ); only the order of float additions differs.
     """
     opt.zero_grad(set_to_none=True)
-    loss_total, ntok = 0.0, 0
+    loss_total, ntok = None, 0
     for k, ids in enumerate(micro):
         batch = [data.examples[i] for i in ids]
         with d.sync(model, last=k == len(micro) - 1):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=c.bf16):
+            with autocast(current(), c.bf16, c.fp16):
                 loss, n = loss_sum(model, data.kind, batch, c.label_smoothing, data.pack)
-            loss.backward()
-        loss_total, ntok = loss_total + loss.item(), ntok + n
-    total, count, stops = d.all_sum([loss_total, ntok, float(time_up())])
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        part = loss.detach().double()
+        loss_total, ntok = part if loss_total is None else loss_total + part, ntok + n
+    count, stops = d.all_sum([ntok, float(time_up())])
+    if scaler is not None:  # fp16: gradients back to their true scale (inf/NaN noted)
+        scaler.unscale_(opt)
     scale = d.world_size / max(count, 1.0)
     for p in model.parameters():
         if p.grad is not None:
             p.grad.mul_(scale)
     if c.clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip)
-    opt.step()
-    return total / max(count, 1.0), int(count), stops > 0
+    if scaler is None:
+        opt.step()
+    else:  # skips the step when a gradient overflowed, and adapts the scale
+        scaler.step(opt)
+        scaler.update()
+    return loss_total, int(count), stops > 0
+
+
+def mean_loss(loss_total: Tensor, count: int, d: Dist) -> float:
+    """The step's mean token loss over all ranks from this rank's summed loss
+    (:func:`optimizer_step`); every rank calls it at the same steps (one all-reduce)."""
+    return d.all_sum([float(loss_total)])[0] / max(count, 1.0)
 
 
 def heldout_examples(data: TaskData, c: TrainConfig) -> list:

@@ -35,13 +35,20 @@ from attnkit.train.best import Best
 from attnkit.train.checkpoint import CheckpointError, write_best, write_checkpoint
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import DataError
+from attnkit.train.device import current
 from attnkit.train.distributed import Dist, DistributedError, join, rank_seed, shard
 from attnkit.train.interrupt import Interrupt
 from attnkit.train.optim import build_optimizer, recipe_summary, schedule_of
-from attnkit.train.precision import require_native_bf16
+from attnkit.train.precision import grad_scaler, require_bf16, require_fp16
 from attnkit.train.progress import Progress, Reporter
-from attnkit.train.state import load_optimizer_state, optimizer_state, rng_state
-from attnkit.train.steps import evaluate, heldout_examples, optimizer_step, training_module
+from attnkit.train.state import gpu_rng, load_optimizer_state, optimizer_state, rng_state
+from attnkit.train.steps import (
+    evaluate,
+    heldout_examples,
+    mean_loss,
+    optimizer_step,
+    training_module,
+)
 from attnkit.train.stream import EPOCH_BATCHES, stream_batches
 from attnkit.train.tasks import TaskData, build_model, model_config, prepare
 
@@ -55,19 +62,6 @@ class TrainingInterrupted(Exception):
     def __init__(self, message: str, checkpoint: Path | None) -> None:
         super().__init__(message)
         self.checkpoint = checkpoint
-
-
-def _check_out(out: Path, resumed: Path | None) -> None:
-    """Refuse to start over anything on disk: ``out`` must be new or empty, or the run
-    directory of the resumed checkpoint."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out: {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if resumed is None or resumed.parent.resolve() != out.resolve():
-            raise ValueError(
-                f"out: {out} already exists and is not empty; choose a new --out, or "
-                f"--resume {out} to continue that run"
-            )
 
 
 @dataclass
@@ -122,9 +116,11 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
                 f"configuration (checkpoint != requested: {'; '.join(diffs)})"
             )
     if d.is_main:
-        _check_out(out, None if loaded is None else loaded.path)
+        session.check_out(out, None if loaded is None else loaded.path)
     if c.bf16:
-        require_native_bf16()
+        require_bf16(current())
+    if c.fp16:
+        require_fp16(current())
     if c.threads is not None:
         torch.set_num_threads(c.threads)
     data = prepare(c, None if loaded is None else loaded.tokenizer)
@@ -189,7 +185,7 @@ def train(
     DistributedError when another process fails or stops responding.
     """
     c = config.resolved()
-    d = join(c.dist_timeout)
+    d = join(c.dist_timeout, device=current())
     if not d.is_main:  # rank 0 alone prints
         echo, progress = (lambda _: None), False
     mode = {True: "bar", False: "off"}.get(progress, progress)
@@ -219,6 +215,7 @@ def _train(
                 "says why)"
             )
         model = d.wrap(training_module(s.model, s.data.kind, c))
+        model = torch.compile(model) if c.compile else model  # compiled at step 1
     # the generators last: nothing draws between restoring them and training
     if s.loaded is None and d.enabled:
         torch.manual_seed(rank_seed(c.seed, d.rank))  # each rank its own dropout
@@ -233,10 +230,13 @@ def _train(
     lr_at = schedule_of(c)
     held = heldout_examples(data, c) if d.is_main else []
     best = Best.from_dict(s.state.get("best"), c.best_metric)
+    scaler = grad_scaler(current(), c.fp16)
+    if scaler is not None and "scaler" in s.state:
+        scaler.load_state_dict(s.state["scaler"])
 
     def files(extra: dict[str, bytes]) -> dict[str, bytes]:
         opt_t, opt_meta = optimizer_state(opt)
-        rng_t, rng_meta = rng_state(states)
+        rng_t, rng_meta = rng_state(states, gpu_states)
         state = {
             "data_sha256": s.digest,
             "step": step,
@@ -248,7 +248,7 @@ def _train(
             "rng": rng_meta,
             "schedule": {"kind": c.schedule, "step": step, "lr": lr_at(max(step, 1))},
             "best": best.to_dict(),
-        }
+        } | ({} if scaler is None else {"scaler": scaler.state_dict()})
         return (
             session.checkpoint_files(
                 model=s.model,
@@ -267,16 +267,18 @@ def _train(
         )
 
     def save() -> Path:
-        nonlocal states
+        nonlocal states, gpu_states
         with d.guard(f"saving step {step}"):
             states = d.all_gather(torch.get_rng_state())
+            gpu = gpu_rng(current())
+            gpu_states = [] if gpu is None else d.all_gather(gpu)
         if not d.is_main:
             return out / f"step-{step:08d}"
         return write_checkpoint(out, step, files({}), c.keep)
 
     def evaluation() -> None:
         """Evaluate (rank 0), log, update best/ and the early-stop count."""
-        nonlocal best, states, stop_reason
+        nonlocal best, states, gpu_states, stop_reason
         t_eval = time.monotonic()
         row = evaluate(s.model, data, c, held, step, best.value)
         row["eval_s"] = round(time.monotonic() - t_eval, 3)  # shown in the progress line
@@ -284,6 +286,8 @@ def _train(
         report.evaluation(row, "  (best so far)" if improved else "")
         if improved:
             states = [torch.get_rng_state()]  # best/ holds rank 0's generator only
+            gpu = gpu_rng(current())
+            gpu_states = [] if gpu is None else [gpu]
             record = json.dumps(best.to_dict()).encode()
             write_best(out, files({session.BEST_RECORD: record}))
         if best.patience_out(c.early_stop) and stop_reason is None:
@@ -293,6 +297,7 @@ def _train(
             )
 
     states: list = []
+    gpu_states: list = []
     report = None
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -331,7 +336,7 @@ def _train(
             return True
         return stop_reason is not None or interrupt.requested is not None
 
-    stop = False
+    stop, loss_value = False, None
     try:
         with Interrupt() as interrupt:
             while not stop and (c.max_steps is None or step < c.max_steps):
@@ -345,8 +350,14 @@ def _train(
                     g["lr"] = lr
                 t_step = time.monotonic()
                 with d.guard(f"step {step}"):
-                    loss_value, ntok, stop = optimizer_step(model, opt, data, c, d, micro, time_up)
+                    loss_sum, ntok, stop = optimizer_step(
+                        model, opt, data, c, d, micro, time_up, scaler
+                    )
+                    if step % c.log_every == 0 or loss_value is None:  # read back at log steps
+                        loss_value = mean_loss(loss_sum, ntok, d)
                 tokens, stepping = tokens + ntok, stepping + time.monotonic() - t_step
+                if c.compile and step == first + 1:
+                    echo(f"step {step} took {time.monotonic() - t_step:.1f} s: compile included")
                 elapsed = time.monotonic() - t0
                 tok_s = (tokens - first_tokens) / max(elapsed, 1e-9)
                 if report is not None:
