@@ -14,6 +14,7 @@ import torch
 
 import attnkit.train.device as device_mod
 from attnkit.cli import main
+from attnkit.kernels import numerics
 from attnkit.train import steps, trainer
 from attnkit.train.checkpoint import find_checkpoint
 from attnkit.train.config import TrainConfig
@@ -28,11 +29,15 @@ FAKE_GPU_RNG = torch.arange(16, dtype=torch.uint8)
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """The run's device answers ``cuda`` (batches are copied "there", autocast and the
-    generators follow it); the CUDA generator's state is a stand-in."""
+    generators follow it); the CUDA generator's state is a stand-in. The numerics policy takes
+    its device path throughout, as it does on a GPU: the emulation loses the tag of the
+    tensors activation checkpointing recomputes from, which would otherwise send the
+    recomputation down the host path (a different set of saved tensors)."""
     for mod in (device_mod, steps, trainer):
         monkeypatch.setattr(mod, "current", lambda: GPU)
     monkeypatch.setattr(trainer, "gpu_rng", lambda device: FAKE_GPU_RNG.clone())
-    return FakeCuda()
+    with numerics.use_path("device"):
+        yield FakeCuda()
 
 
 def _report(records) -> str:
