@@ -3,9 +3,12 @@ timed on this machine, in well under a minute.
 
 Each measurement is a function in :data:`MEASUREMENTS` that takes the :class:`Budget` and
 returns a :class:`Found`: the constants it settles and what it saw, in words. Every timing
-compares ways of computing the same call in one process, alternately, and keeps the fastest of
-a few repeats (noise from other processes only adds time, so on a shared machine the minimum is
-the steadier estimate). When unsure (the candidates within ``Budget.margin``
+compares ways of computing the same call in one process, alternately (A B A B ...). A choice
+between candidates decides on the median of the per-pair ratios and keeps their spread
+(:func:`attnkit.tune_rules.choose`): a candidate replaces the value in use only when it is
+faster beyond the spread, and the decision's :class:`~attnkit.kernels.tuning_sureness.Sureness`
+is stored (``attnkit info`` shows it). Cost measurements keep the fastest of a few repeats
+(noise from other processes only adds time). When unsure (the candidates within ``Budget.margin``
 of each other), a measurement keeps the choice that loses least: dense over blocksparse, the
 built-in value over a new one.
 
@@ -31,7 +34,9 @@ from attnkit.kernels import scan
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
-from attnkit.tune_rules import element_threshold, split_k_threshold
+from attnkit.kernels.tuning_sureness import Sureness
+from attnkit.tune_rules import choose, element_threshold, ratio_stats, split_k_ranges
+from attnkit.tune_timing import best_times, median_time, pairs, race_times
 
 __all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "tune"]
 
@@ -57,9 +62,10 @@ class Found:
     """What one measurement settled: constant name -> value, what it saw (one line), and the
     seconds it took (filled in by :func:`tune`)."""
 
-    values: dict[str, float | int]
+    values: dict[str, object]
     detail: str
     seconds: float = 0.0
+    sureness: dict[str, Sureness] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,19 +76,6 @@ class Tuned:
     tuning: Tuning
     found: tuple[tuple[str, Found], ...]
     seconds: float
-
-
-def _best_times(fns: dict, reps: int) -> dict:
-    """Fastest seconds of each function, run alternately ``reps`` times after one warm-up."""
-    times: dict[str, list[float]] = {n: [] for n in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(reps):
-        for n, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[n].append(time.perf_counter() - t0)
-    return {n: min(t) for n, t in times.items()}
 
 
 def _qkv(b: int, h: int, lq: int, d: int = 64, lk: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -102,7 +95,7 @@ def _race(q, k, v, mask, reps: int, backends=("dense", "blocksparse")) -> dict[s
         b: (lambda b=b: scaled_dot_product_attention(q, k, v, mask, backend=b)) for b in backends
     }
     with torch.inference_mode():
-        return _best_times(fns, reps)
+        return best_times(fns, reps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,12 +197,13 @@ def blocks(budget: Budget) -> Found:
     }
     fns = {c: (lambda t=t: _with(t, q, k, v, mask)) for c, t in tunings.items()}
     with torch.inference_mode():
-        times = _best_times(fns, budget.reps)
-    best = _fastest(times, (t0.blocksparse_block_q, t0.blocksparse_block_kv), budget.margin)
-    shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.1f} ms" for a, b in times)
+        raced = race_times(fns, pairs(budget.reps))
+    best, sure = choose(raced, (t0.blocksparse_block_q, t0.blocksparse_block_kv), budget.margin)
+    shown = ", ".join(f"{a}x{b} {median_time(raced[(a, b)]) * 1e3:.1f} ms" for a, b in raced)
     return Found(
         {"blocksparse_block_q": best[0], "blocksparse_block_kv": best[1]},
         f"window L/4, L={length}: {shown}",
+        sureness={"blocksparse_block_q": sure, "blocksparse_block_kv": sure},
     )
 
 
@@ -221,10 +215,14 @@ def band_block(budget: Budget) -> Found:
     tunings = {bq: dataclasses.replace(t0, blocksparse_band_block_q=bq) for bq in (16, 32, 64, 128)}
     fns = {bq: (lambda t=t: _with(t, q, k, v, mask)) for bq, t in tunings.items()}
     with torch.inference_mode():
-        times = _best_times(fns, budget.reps)
-    best = _fastest(times, t0.blocksparse_band_block_q, budget.margin)
-    shown = ", ".join(f"{bq} rows {s * 1e3:.1f} ms" for bq, s in times.items())
-    return Found({"blocksparse_band_block_q": best}, f"window 128, L={4 * budget.length}: {shown}")
+        raced = race_times(fns, pairs(budget.reps))
+    best, sure = choose(raced, t0.blocksparse_band_block_q, budget.margin)
+    shown = ", ".join(f"{bq} rows {median_time(s) * 1e3:.1f} ms" for bq, s in raced.items())
+    return Found(
+        {"blocksparse_band_block_q": best},
+        f"window 128, L={4 * budget.length}: {shown}",
+        sureness={"blocksparse_band_block_q": sure},
+    )
 
 
 def _with(t: Tuning, q, k, v, mask):
@@ -233,21 +231,14 @@ def _with(t: Tuning, q, k, v, mask):
         return scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
 
 
-def _fastest(times: dict, base, margin: float):
-    """The key of the fastest of ``times``, unless ``base`` (the value in use) is within
-    ``margin`` of it: a candidate must be clearly faster to replace it."""
-    best = min(times, key=times.get)
-    return base if base in times and times[base] < margin * times[best] else best
-
-
 def planner_costs(budget: Budget) -> Found:
     """``planner_flops`` / ``planner_call_s``: one SDPA call's throughput at (1, 8, 512, 64)
     and the time of a tiny call (1, 8, 16, 64), the planner's two cost terms."""
     big, tiny = _qkv(1, 8, 512), _qkv(1, 8, 16)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     with torch.inference_mode():
-        times = _best_times({"big": lambda: sdpa(*big)}, max(3, budget.reps))
-        times.update(_best_times({"tiny": lambda: sdpa(*tiny)}, 50))
+        times = best_times({"big": lambda: sdpa(*big)}, max(3, budget.reps))
+        times.update(best_times({"tiny": lambda: sdpa(*tiny)}, 50))
     flops = 4 * 8 * 512 * 512 * 64 / max(times["big"] - times["tiny"], 1e-9)
     flops = min(max(flops, 1e8), 1e14)
     call_s = min(max(times["tiny"], 1e-7), 1e-2)
@@ -269,7 +260,7 @@ def scan_threads(budget: Budget) -> Found:
         x = torch.randn(n // 3)
         if scan.absmax_bits(x) is None:
             return Found({}, "numba is not usable: the bit scan never runs")
-        times = _best_times(
+        times = best_times(
             {
                 "bits": lambda x=x: scan.absmax_bits(x),
                 "torch": lambda x=x: scan.absmax_torch(x),
@@ -314,41 +305,55 @@ def additive_tiles(budget: Budget) -> Found:
         c: timed(dataclasses.replace(t0, additive_block_q=c[0], additive_block_k=c[1]))
         for c in tiles
     }
-    times = _best_times(fns, budget.reps)
-    best = _fastest(times, (t0.additive_block_q, t0.additive_block_k), budget.margin)
+    times = race_times(fns, pairs(budget.reps))
+    best, sure = choose(times, (t0.additive_block_q, t0.additive_block_k), budget.margin)
     tile = dataclasses.replace(t0, additive_block_q=best[0], additive_block_k=best[1])
     parts = {p: timed(dataclasses.replace(tile, numba_parts_per_thread=p)) for p in (2, 4, 8)}
-    ptimes = _best_times(parts, budget.reps)
-    bp = _fastest(ptimes, t0.numba_parts_per_thread, budget.margin)
-    shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.0f} ms" for a, b in times)
-    shown += "; parts/thread " + ", ".join(f"{p}: {s * 1e3:.0f} ms" for p, s in ptimes.items())
+    ptimes = race_times(parts, pairs(budget.reps))
+    bp, psure = choose(ptimes, t0.numba_parts_per_thread, budget.margin)
+    shown = ", ".join(f"{a}x{b} {median_time(times[(a, b)]) * 1e3:.0f} ms" for a, b in times)
+    shown += "; parts/thread " + ", ".join(
+        f"{p}: {median_time(s) * 1e3:.0f} ms" for p, s in ptimes.items()
+    )
     return Found(
         {"additive_block_q": best[0], "additive_block_k": best[1], "numba_parts_per_thread": bp},
         f"additive fwd+bwd, L={n}: {shown}",
+        sureness={
+            "additive_block_q": sure,
+            "additive_block_k": sure,
+            "numba_parts_per_thread": psure,
+        },
     )
 
 
 def decode_split_k(budget: Budget) -> Found:
-    """``decode_split_k_min_bytes``: the least k and v bytes at which a float32 decode step
-    (q (1, 8, 1, 64)) is faster on the numba split-K kernel than on torch ops by the margin, and
-    from which it is never slower by the margin (a tie keeps the kernel: both read the same
-    bytes); 2**40 (never) otherwise or without numba."""
+    """``decode_split_k_ranges``: per range of k and v bytes, whether a float32 decode step
+    (q (1, 8, 1, 64)) runs on the numba split-K kernel or on torch ops. Both are raced
+    alternately at each size; :func:`~attnkit.tune_rules.split_k_ranges` gives torch ops the
+    sizes where they are faster beyond the spread of the races (ties keep the kernel: both read
+    the same bytes). Without numba: not measured."""
     from attnkit.kernels.decode.kernel import attend
     from attnkit.kernels.decode.split_k import numba_missing
 
     if numba_missing():
         return Found({}, numba_missing() or "numba is not usable")
     sizes = [512, 2048, 8192, 32768] if budget.length >= 1024 else [512, 2048]
+    reps = 10 * budget.reps
     seen, points = [], []
     for lk in sizes:
         q, k, v = _qkv(1, 8, 1, lk=lk)
         fns = {s: (lambda s=s, x=(q, k, v): attend(*x, None, 0.125, s)) for s in (False, True)}
         with torch.inference_mode():
-            times = _best_times(fns, 10 * budget.reps)
-        points.append((2 * k.numel() * k.element_size(), times[False] / times[True]))
-        seen.append(f"Lk {lk}: split-K {points[-1][1]:.2f}x")
-    found = {"decode_split_k_min_bytes": split_k_threshold(points, budget.margin)}
-    return Found(found, "float32 decode, split-K kernel against torch ops: " + ", ".join(seen))
+            raced = race_times(fns, reps)
+        ratio, spread, _ = ratio_stats(raced[False], raced[True])
+        points.append((2 * k.numel() * k.element_size(), ratio, spread))
+        seen.append(f"Lk {lk}: split-K {ratio:.2f}x +/- {spread:.2f}")
+    ranges, sure = split_k_ranges(points, budget.margin, reps)
+    return Found(
+        {"decode_split_k_ranges": ranges},
+        "float32 decode, split-K kernel against torch ops: " + ", ".join(seen),
+        sureness={"decode_split_k_ranges": sure},
+    )
 
 
 MEASUREMENTS: tuple[Callable[[Budget], Found], ...] = (
@@ -372,7 +377,7 @@ def tune(budget: Budget | None = None, progress: Callable[[str], None] | None = 
     if not isinstance(budget, Budget):
         raise TypeError(f"budget: expected a Budget, got {type(budget).__name__}")
     start = time.perf_counter()
-    t, found = DEFAULT, []
+    t, found, sure = DEFAULT, [], {}
     with use(DEFAULT):
         for measure in MEASUREMENTS:
             if progress is not None:
@@ -382,8 +387,9 @@ def tune(budget: Budget | None = None, progress: Callable[[str], None] | None = 
                 f = measure(budget)
             f = dataclasses.replace(f, seconds=time.perf_counter() - t0)
             t = dataclasses.replace(t, **f.values)
+            sure.update(f.sureness)
             found.append((measure.__name__, f))
     names = tuple(n for _, f in found for n in f.values)
     date = datetime.now(timezone.utc).date().isoformat()
-    t = dataclasses.replace(t, measured=names, measured_on=date)
+    t = dataclasses.replace(t, measured=names, measured_on=date, sureness=tuple(sure.items()))
     return Tuned(t, tuple(found), time.perf_counter() - start)
