@@ -16,7 +16,6 @@ __all__ = [
     "element_threshold",
     "ratio_stats",
     "split_k_ranges",
-    "split_k_threshold",
 ]
 
 
@@ -84,20 +83,6 @@ def element_threshold(points: Sequence[tuple[float, float]], margin: float) -> i
     if first == 0:
         return max(1, math.ceil(pts[0][0]))
     return max(1, math.ceil(math.sqrt(pts[first - 1][0] * pts[first][0])))
-
-
-def split_k_threshold(points: Sequence[tuple[int, float]], margin: float) -> int:
-    """``decode_split_k_min_bytes`` from measured points (k and v bytes, torch-ops time /
-    split-K time), without timing anything: the least size at which the kernel wins by
-    ``margin`` and from which it never loses by ``margin`` (ties keep it); 2**40 (never) when
-    there is no such size."""
-    least = None
-    for size, ratio in sorted(points):
-        if ratio >= margin and least is None:
-            least = int(size)
-        elif ratio * margin < 1.0:
-            least = None  # clearly slower at a larger size: not from here
-    return least if least is not None else 2**40
 
 
 def split_k_ranges(

@@ -3,8 +3,8 @@
 Versions (attnkit, Python, torch, numba, NumPy, safetensors, tokenizers), the CPU and its
 capability, thread counts, the numba cache directory, for each attention backend whether it
 is available and, if not, why, and the dispatch constants in use with where each came from
-(built in, or measured by ``attnkit tune``) and how sure the tune was of it. :func:`collect` returns the same as a JSON-ready
-dict (for ``--json`` and for benchmark records).
+(built in, or measured by ``attnkit tune``) and how sure the tune was of it. :func:`collect`
+returns the same as a JSON-ready dict (for ``--json`` and for benchmark records).
 """
 
 from __future__ import annotations
