@@ -80,3 +80,11 @@ def test_torch_ops_get_a_size_only_where_they_clearly_win(points):
     for size, ratio, spread in points:
         torch_clear = ratio + spread < 1.0 / MARGIN
         assert (R.route_at(ranges, size) == R.TORCH) == torch_clear, (size, ratio, spread)
+
+
+def test_near_margin_names_the_closest_call():
+    sure = tune_rules.near_margin([(2.0, 0.1), (1.07, 0.05), (0.5, 0.1)], MARGIN, 7, "dense kept")
+    assert (sure.ratio, sure.spread, sure.repeats) == (1.07, 0.05, 7)
+    assert sure.verdict == "close at some sizes: dense kept where unsure"
+    sure = tune_rules.near_margin([(2.0, 0.1), (0.5, 0.1)], MARGIN, 7, "dense kept")
+    assert sure.verdict == "clear at every measured size" and sure.ratio == 0.5

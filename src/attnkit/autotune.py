@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import torch
@@ -34,48 +33,17 @@ from attnkit.kernels import scan
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
-from attnkit.kernels.tuning_sureness import Sureness
-from attnkit.tune_rules import choose, element_threshold, ratio_stats, split_k_ranges
+from attnkit.tune_results import Budget, Found, Tuned
+from attnkit.tune_rules import (
+    choose,
+    element_threshold,
+    near_margin,
+    ratio_stats,
+    split_k_ranges,
+)
 from attnkit.tune_timing import best_times, median_time, pairs, race_times
 
 __all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "tune"]
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much to measure: ``length`` the sequence length of the crossover calls, ``reps``
-    the timed repeats per candidate (median kept), ``margin`` how much faster (ratio) a
-    candidate must be to replace the safer choice."""
-
-    length: int = 2048
-    reps: int = 3
-    margin: float = 1.05
-
-    @classmethod
-    def quick(cls) -> Budget:
-        """A smoke-test budget (seconds, not tens of seconds; numbers only indicative)."""
-        return cls(length=256, reps=2)
-
-
-@dataclass(frozen=True)
-class Found:
-    """What one measurement settled: constant name -> value, what it saw (one line), and the
-    seconds it took (filled in by :func:`tune`)."""
-
-    values: dict[str, object]
-    detail: str
-    seconds: float = 0.0
-    sureness: dict[str, Sureness] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Tuned:
-    """The result of :func:`tune`: the tuning (defaults for what was not measured), each
-    measurement's name and :class:`Found`, and the seconds it took."""
-
-    tuning: Tuning
-    found: tuple[tuple[str, Found], ...]
-    seconds: float
 
 
 def _qkv(b: int, h: int, lq: int, d: int = 64, lk: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -90,12 +58,19 @@ def _empty_fraction(mask: M.Mask, lq: int, lk: int, bq: int, bkv: int) -> float:
     return float((mask.block_map(lq, lk, bq, bkv) == M.EMPTY).float().mean())
 
 
-def _race(q, k, v, mask, reps: int, backends=("dense", "blocksparse")) -> dict[str, float]:
+def _race(q, k, v, mask, reps: int, backends=("dense", "blocksparse")) -> dict[str, list]:
+    """Seconds of every alternate repeat of each backend on one call."""
     fns = {
         b: (lambda b=b: scaled_dot_product_attention(q, k, v, mask, backend=b)) for b in backends
     }
     with torch.inference_mode():
-        return best_times(fns, reps)
+        return race_times(fns, reps)
+
+
+def _dense_ratio(r: dict[str, list]) -> tuple[float, float]:
+    """(median, spread) of dense time / blocksparse time over the raced pairs."""
+    median, spread, _ = ratio_stats(r["dense"], r["blocksparse"])
+    return median, spread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,7 +83,7 @@ def crossover(budget: Budget) -> Found:
     t = current()
     bq, bkv = t.blocksparse_block_q, t.blocksparse_block_kv
     wins: dict[float, bool] = {}
-    seen = []
+    seen, points = [], []
     for length in sorted({budget.length, max(256, budget.length // 2)}):
         q, k, v = _qkv(1, 8, length)
         for keep in (0.7, 0.5, 0.3):  # fraction of the keys a window reaches
@@ -116,19 +91,25 @@ def crossover(budget: Budget) -> Found:
             frac = round(_empty_fraction(mask, length, length, bq, bkv), 3)
             if frac == 0.0:
                 continue
-            r = _race(q, k, v, mask, budget.reps)
-            ratio = r["dense"] / r["blocksparse"]
-            wins[frac] = wins.get(frac, True) and ratio >= budget.margin
-            seen.append(f"L={length} {frac:.0%} empty {ratio:.2f}x")
+            ratio, spread = _dense_ratio(_race(q, k, v, mask, pairs(budget.reps)))
+            wins[frac] = wins.get(frac, True) and ratio - spread >= budget.margin
+            points.append((ratio, spread))
+            seen.append(f"L={length} {frac:.0%} empty {ratio:.2f}x +/- {spread:.2f}")
     least = 1.0  # blocksparse never won clearly: auto keeps dense unless every block is empty
     for frac in sorted(wins, reverse=True):
         if not wins[frac]:
             break
         least = frac
     least = max(least, 0.05)
+    sure = {}
+    if points:
+        sure["blocksparse_min_empty"] = near_margin(
+            points, budget.margin, pairs(budget.reps), "dense kept"
+        )
     return Found(
         {"blocksparse_min_empty": least},
         "blocksparse/dense speed by empty blocks: " + ", ".join(seen),
+        sureness=sure,
     )
 
 
@@ -159,7 +140,7 @@ def element_calls(budget: Budget) -> Found:
     for length in sorted({budget.length // 2, budget.length}):
         if length >= 1024:
             cases.append((2, 8, length, 64))
-    seen, points = [], []
+    seen, points, spreads = [], [], []
     for b, h, length, d in cases:
         if b == 2:
             lengths = torch.tensor([length, length // 4])
@@ -169,15 +150,18 @@ def element_calls(budget: Budget) -> Found:
         q, k, v, mask, per_call = _padded(b, h, length, d, lengths)
         if per_call is None:
             continue
-        r = _race(q, k, v, mask, budget.reps)  # forced: no speed reason applies
-        ratio = r["dense"] / r["blocksparse"]
-        points.append((per_call, ratio))
-        seen.append(f"({b},{h},{length},{d}) {per_call:,.0f}/call {ratio:.2f}x")
+        # forced: no speed reason applies; a win counts beyond the spread of the races
+        ratio, spread = _dense_ratio(_race(q, k, v, mask, pairs(budget.reps)))
+        points.append((per_call, ratio - spread))
+        spreads.append((ratio, spread))
+        seen.append(f"({b},{h},{length},{d}) {per_call:,.0f}/call {ratio:.2f}x +/- {spread:.2f}")
     if not points:
         return Found({}, "no measured call reached the per-element threshold")
+    sure = near_margin(spreads, budget.margin, pairs(budget.reps), "dense kept")
     return Found(
         {"blocksparse_element_call_entries": element_threshold(points, budget.margin)},
         "per-element calls against dense: " + ", ".join(seen),
+        sureness={"blocksparse_element_call_entries": sure},
     )
 
 

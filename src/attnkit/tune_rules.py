@@ -14,6 +14,7 @@ from attnkit.kernels.tuning_sureness import Sureness
 __all__ = [
     "choose",
     "element_threshold",
+    "near_margin",
     "ratio_stats",
     "split_k_ranges",
 ]
@@ -33,6 +34,25 @@ def ratio_stats(base: Sequence[float], other: Sequence[float]) -> tuple[float, f
     else:
         spread = (ratios[-1] - ratios[0]) / 2
     return float(statistics.median(ratios)), float(spread), n
+
+
+def near_margin(
+    points: Sequence[tuple[float, float]], margin: float, repeats: int, kept: str
+) -> Sureness:
+    """How sure a threshold set from measured (median ratio, spread) points is: the point
+    whose median lies closest to ``margin`` in units of its spread gives the ratio and spread;
+    the verdict says whether every point was clear of the margin beyond its spread, or which
+    value (``kept``, in words) the rule fell back on where it was not."""
+    if not points:
+        raise ValueError("points: expected at least one (ratio, spread), got none")
+
+    def closeness(p: tuple[float, float]) -> float:
+        return abs(p[0] - margin) / max(p[1], 1e-9)
+
+    ratio, spread = min(points, key=closeness)
+    if closeness((ratio, spread)) > 1.0:
+        return Sureness(ratio, spread, repeats, "clear at every measured size")
+    return Sureness(ratio, spread, repeats, f"close at some sizes: {kept} where unsure")
 
 
 def choose(

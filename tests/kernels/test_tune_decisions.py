@@ -124,7 +124,10 @@ def _tune_elements(monkeypatch, ratio_at) -> int:
         call = AttentionCall.dot(q, k, v, mask, 1.0, 0.0, False)
         size = empty_blocks(call, DEFAULT.blocksparse_block_q, DEFAULT.blocksparse_block_kv)
         sizes.append(size.skipped_per_call)
-        return {"dense": 1.0, "blocksparse": 1.0 / ratio_at(size.skipped_per_call)}
+        return {
+            "dense": [1.0] * reps,
+            "blocksparse": [1.0 / ratio_at(size.skipped_per_call)] * reps,
+        }
 
     monkeypatch.setattr(autotune, "_race", race)
     with use(DEFAULT):
