@@ -33,6 +33,7 @@ from attnkit.kernels import scan
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
+from attnkit.kernels.tuning_sureness import Sureness
 from attnkit.tune_results import Budget, Found, Tuned
 from attnkit.tune_rules import (
     choose,
@@ -101,7 +102,7 @@ def crossover(budget: Budget) -> Found:
             break
         least = frac
     least = max(least, 0.05)
-    sure = {}
+    sure = {"blocksparse_min_empty": Sureness(1.0, 0.0, 0, "nothing raced: dense kept")}
     if points:
         sure["blocksparse_min_empty"] = near_margin(
             points, budget.margin, pairs(budget.reps), "dense kept"
@@ -225,10 +226,12 @@ def planner_costs(budget: Budget) -> Found:
         times.update(best_times({"tiny": lambda: sdpa(*tiny)}, 50))
     flops = 4 * 8 * 512 * 512 * 64 / max(times["big"] - times["tiny"], 1e-9)
     flops = min(max(flops, 1e8), 1e14)
+    cost = Sureness(1.0, 0.0, 0, "a measured cost, not a choice: the fastest of its repeats")
     call_s = min(max(times["tiny"], 1e-7), 1e-2)
     return Found(
         {"planner_flops": float(f"{flops:.3g}"), "planner_call_s": float(f"{call_s:.3g}")},
         f"SDPA {flops / 1e9:.1f} Gflop/s, {call_s * 1e6:.0f} us per call",
+        sureness={n: cost for n in ("planner_flops", "planner_call_s")},
     )
 
 
@@ -239,26 +242,32 @@ def scan_threads(budget: Budget) -> Found:
     if torch.get_num_threads() < 2:
         return Found({}, "one torch thread: the threaded scan never runs")
     sizes = [2**20, 2**22, 2**24] if budget.length >= 1024 else [2**18, 2**20]
-    seen, least = [], None
+    seen, least, points = [], None, []
     for n in sizes:
         x = torch.randn(n // 3)
         if scan.absmax_bits(x) is None:
             return Found({}, "numba is not usable: the bit scan never runs")
-        times = best_times(
+        raced = race_times(
             {
                 "bits": lambda x=x: scan.absmax_bits(x),
                 "torch": lambda x=x: scan.absmax_torch(x),
             },
             5 * budget.reps,
         )
-        ratio = times["bits"] / times["torch"]
-        seen.append(f"{n:,} entries: threaded {ratio:.2f}x")
-        if ratio >= budget.margin and least is None:
+        ratio, spread, _ = ratio_stats(raced["bits"], raced["torch"])
+        points.append((ratio, spread))
+        seen.append(f"{n:,} entries: threaded {ratio:.2f}x +/- {spread:.2f}")
+        if ratio - spread >= budget.margin and least is None:
             least = n
-        elif ratio < budget.margin:
-            least = None  # must win at every larger size
+        elif ratio - spread < budget.margin:
+            least = None  # must win beyond the noise at every larger size
     found = {"scan_threaded_min": least if least is not None else 2 * sizes[-1]}
-    return Found(found, "threaded torch max against the bit scan: " + ", ".join(seen))
+    sure = near_margin(points, budget.margin, 5 * budget.reps, "the serial scan kept")
+    return Found(
+        found,
+        "threaded torch max against the bit scan: " + ", ".join(seen),
+        sureness={"scan_threaded_min": sure},
+    )
 
 
 def additive_tiles(budget: Budget) -> Found:

@@ -45,6 +45,9 @@ def test_quick_tune_stores_what_info_then_shows(capsys, cache, monkeypatch):
     measured = {c["name"] for c in d["constants"] if c["seen"]}
     assert measured == set(stored["tuning"]) and {"blocksparse_min_empty"} <= measured
     T.Tuning(**stored["tuning"])  # every stored value is valid (range, type, multiple)
+    assert set(stored["sureness"]) == measured  # every decision says how sure it was
+    for c in d["constants"]:
+        assert (c["how_sure"] is None) == (c["name"] not in measured), c
     assert T.current() == T.DEFAULT  # the running process keeps the tuning it started with
 
     monkeypatch.delenv("ATTNKIT_NO_TUNING", raising=False)
@@ -55,6 +58,7 @@ def test_quick_tune_stores_what_info_then_shows(capsys, cache, monkeypatch):
         info = json.loads(out)["tuning"]
         assert info["file"] == str(cache) and info["file_used"] and info["why_defaults"] is None
         sources = {c["name"]: c["source"] for c in info["constants"]}
+        assert all("not recorded" not in c["how_sure"] for c in info["constants"])
         for name, source in sources.items():
             want = f"measured by attnkit tune on {today}" if name in measured else T.BUILT_IN
             assert source == want, (name, source)
