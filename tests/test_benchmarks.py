@@ -443,6 +443,8 @@ def test_dense_overhead_is_judged_as_a_share_of_sdpas_call_time(
     monkeypatch.setattr(bench_dense, "sdpa_pair_times", fake)
     res = bench_dense.dense_overhead(False)
     extra = res["extra"]
-    assert extra["overhead_share_of_sdpa"] == pytest.approx((ours_us - peer_us) / peer_us)
-    assert extra["median_overhead_us"] == pytest.approx(ours_us - peer_us)
+    assert extra["overhead_share_of_sdpa"] == pytest.approx(
+        (ours_us - peer_us) / peer_us, abs=5e-4
+    )  # rounded to 3
+    assert extra["median_overhead_us"] == pytest.approx(ours_us - peer_us, abs=0.05)
     assert res["target_met"] is met
