@@ -88,3 +88,37 @@ def test_near_margin_names_the_closest_call():
     assert sure.verdict == "close at some sizes: dense kept where unsure"
     sure = tune_rules.near_margin([(2.0, 0.1), (0.5, 0.1)], MARGIN, 7, "dense kept")
     assert sure.verdict == "clear at every measured size" and sure.ratio == 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2**36),
+            st.floats(0.1, 10.0, allow_nan=False),
+            st.floats(0.0, 1.0, allow_nan=False),
+        ),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda p: p[0],
+    ),
+    st.floats(0.0, 1.0, allow_nan=False),
+)
+def test_more_noise_never_gives_torch_ops_more_sizes(points, extra):
+    ranges, _ = tune_rules.split_k_ranges(points, MARGIN)
+    noisier, _ = tune_rules.split_k_ranges([(b, r, s + extra) for b, r, s in points], MARGIN)
+    for size, _, _ in points:
+        if R.route_at(noisier, size) == R.TORCH:
+            assert R.route_at(ranges, size) == R.TORCH
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.01, 10.0, allow_nan=False), min_size=5, max_size=9),
+    st.lists(st.floats(0.01, 10.0, allow_nan=False), min_size=5, max_size=9),
+)
+def test_a_candidate_chosen_is_faster_beyond_the_spread(base, other):
+    best, sure = tune_rules.choose({"base": base, "other": other}, "base", MARGIN)
+    median, spread, n = tune_rules.ratio_stats(base, other)
+    assert (best == "other") == (median - spread >= MARGIN)
+    assert sure.repeats == n == min(len(base), len(other))
