@@ -17,6 +17,16 @@ from attnkit.kernels import tuning_ranges as R
 
 MARGIN = 1.05
 MIB = 2**20
+POINTS = st.lists(  # measured (k and v bytes, median ratio, spread) points
+    st.tuples(
+        st.integers(1, 2**36),
+        st.floats(0.1, 10.0, allow_nan=False),
+        st.floats(0.0, 1.0, allow_nan=False),
+    ),
+    min_size=1,
+    max_size=6,
+    unique_by=lambda p: p[0],
+)
 
 
 def test_ratio_stats_are_the_median_and_half_the_interquartile_range():
@@ -62,18 +72,7 @@ def test_ties_and_noisy_losses_keep_split_k_at_every_size():
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(1, 2**36),
-            st.floats(0.1, 10.0, allow_nan=False),
-            st.floats(0.0, 1.0, allow_nan=False),
-        ),
-        min_size=1,
-        max_size=6,
-        unique_by=lambda p: p[0],
-    )
-)
+@given(POINTS)
 def test_torch_ops_get_a_size_only_where_they_clearly_win(points):
     ranges, _ = tune_rules.split_k_ranges(points, MARGIN)
     assert R.checked("ranges", ranges) == ranges  # sorted, merged, ends at the top
@@ -91,19 +90,7 @@ def test_near_margin_names_the_closest_call():
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(1, 2**36),
-            st.floats(0.1, 10.0, allow_nan=False),
-            st.floats(0.0, 1.0, allow_nan=False),
-        ),
-        min_size=1,
-        max_size=6,
-        unique_by=lambda p: p[0],
-    ),
-    st.floats(0.0, 1.0, allow_nan=False),
-)
+@given(POINTS, st.floats(0.0, 1.0, allow_nan=False))
 def test_more_noise_never_gives_torch_ops_more_sizes(points, extra):
     ranges, _ = tune_rules.split_k_ranges(points, MARGIN)
     noisier, _ = tune_rules.split_k_ranges([(b, r, s + extra) for b, r, s in points], MARGIN)
