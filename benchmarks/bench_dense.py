@@ -107,6 +107,7 @@ def _overhead(q, k, v, calls: int, quick: bool, gqa: bool = False) -> dict:
         extra=dict(
             overhead_us=round(ours_us - peer_us, 1),
             median_overhead_us=round((med_ours - med_peer) * 1e6, 1),
+            overhead_share_of_sdpa=round((med_ours - med_peer) / med_peer, 3),
             attnkit_best_us=round(ours_us, 1),
             sdpa_best_us=round(peer_us, 1),
             rel_err=f"{err:.1e}",
@@ -114,21 +115,25 @@ def _overhead(q, k, v, calls: int, quick: bool, gqa: bool = False) -> dict:
     )
 
 
-OVERHEAD_TARGET_US = 15.0
-"""dense-overhead's target: median extra time per call over SDPA at L = 64, in microseconds."""
+OVERHEAD_TARGET_SHARE = 0.15
+"""dense-overhead's target: the median extra time per call over SDPA at L = 64, as a share of
+SDPA's own median call time there (a share travels between hosts; microseconds do not: the
+same code measured 10 us on a quiet host and 30-39 us on a busy one)."""
 
 
 @row(
     "dense-overhead",
     "dense fp32",
     "per-call overhead, L=64",
-    f"median_overhead_us <= {OVERHEAD_TARGET_US:g}",
+    f"overhead_share_of_sdpa <= {OVERHEAD_TARGET_SHARE:g}",
 )
 def dense_overhead(quick: bool) -> dict:
     """attnkit's fixed cost per call (validation, dispatch, the policy's input scan), from many
-    calls on a tiny input; the target judges the median extra time per call."""
+    calls on a tiny input; the target judges the median extra time per call as a share of
+    SDPA's median call time (``overhead_share_of_sdpa``); ``median_overhead_us`` stays beside
+    it."""
     res = _overhead(*_qkv(64), calls=400, quick=quick)
-    res["target_met"] = res["extra"]["median_overhead_us"] <= OVERHEAD_TARGET_US
+    res["target_met"] = res["extra"]["overhead_share_of_sdpa"] <= OVERHEAD_TARGET_SHARE
     return res
 
 

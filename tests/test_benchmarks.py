@@ -422,3 +422,29 @@ def test_translation_batches(bench_path):
         assert src[-1] == tk.EOS and tgt[0] == tk.BOS and tgt[-1] == tk.EOS
     flat = [tuple(map(tuple, e)) for b in batches for e in b]
     assert bench_train._tokens(batches) == sum(len(s) + len(t) - 1 for s, t in map(list, flat))
+
+
+@pytest.mark.parametrize(
+    "ours_us, peer_us, met",
+    # a busy host's 30 us over a 1 ms call is met; 12 us over a 45 us call is not
+    [(1030.0, 1000.0, True), (57.0, 45.0, False), (120.0, 100.0, False)],
+)
+def test_dense_overhead_is_judged_as_a_share_of_sdpas_call_time(
+    bench_path, monkeypatch, ours_us, peer_us, met
+):
+    import bench_dense
+
+    calls = 400
+
+    def fake(q, k, v, n, reps, gqa=False):  # injected round times: no timing here
+        assert n == calls
+        return {"impl": [ours_us * 1e-6 * n] * reps, "peer": [peer_us * 1e-6 * n] * reps}, 0.0
+
+    monkeypatch.setattr(bench_dense, "sdpa_pair_times", fake)
+    res = bench_dense.dense_overhead(False)
+    extra = res["extra"]
+    assert extra["overhead_share_of_sdpa"] == pytest.approx(
+        (ours_us - peer_us) / peer_us, abs=5e-4
+    )  # rounded to 3
+    assert extra["median_overhead_us"] == pytest.approx(ours_us - peer_us, abs=0.05)
+    assert res["target_met"] is met

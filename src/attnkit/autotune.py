@@ -3,9 +3,12 @@ timed on this machine, in well under a minute.
 
 Each measurement is a function in :data:`MEASUREMENTS` that takes the :class:`Budget` and
 returns a :class:`Found`: the constants it settles and what it saw, in words. Every timing
-compares ways of computing the same call in one process, alternately, and keeps the fastest of
-a few repeats (noise from other processes only adds time, so on a shared machine the minimum is
-the steadier estimate). When unsure (the candidates within ``Budget.margin``
+compares ways of computing the same call in one process, alternately (A B A B ...). A choice
+between candidates decides on the median of the per-pair ratios and keeps their spread
+(:func:`attnkit.tune_rules.choose`): a candidate replaces the value in use only when it is
+faster beyond the spread, and the decision's :class:`~attnkit.kernels.tuning_sureness.Sureness`
+is stored (``attnkit info`` shows it). Cost measurements keep the fastest of a few repeats
+(noise from other processes only adds time). When unsure (the candidates within ``Budget.margin``
 of each other), a measurement keeps the choice that loses least: dense over blocksparse, the
 built-in value over a new one.
 
@@ -20,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import torch
@@ -31,58 +33,18 @@ from attnkit.kernels import scan
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
-from attnkit.tune_rules import element_threshold, split_k_threshold
+from attnkit.kernels.tuning_sureness import Sureness
+from attnkit.tune_results import Budget, Found, Tuned
+from attnkit.tune_rules import (
+    choose,
+    element_threshold,
+    near_margin,
+    ratio_stats,
+    split_k_ranges,
+)
+from attnkit.tune_timing import best_times, median_time, pairs, race_times
 
 __all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "tune"]
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much to measure: ``length`` the sequence length of the crossover calls, ``reps``
-    the timed repeats per candidate (median kept), ``margin`` how much faster (ratio) a
-    candidate must be to replace the safer choice."""
-
-    length: int = 2048
-    reps: int = 3
-    margin: float = 1.05
-
-    @classmethod
-    def quick(cls) -> Budget:
-        """A smoke-test budget (seconds, not tens of seconds; numbers only indicative)."""
-        return cls(length=256, reps=2)
-
-
-@dataclass(frozen=True)
-class Found:
-    """What one measurement settled: constant name -> value, what it saw (one line), and the
-    seconds it took (filled in by :func:`tune`)."""
-
-    values: dict[str, float | int]
-    detail: str
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class Tuned:
-    """The result of :func:`tune`: the tuning (defaults for what was not measured), each
-    measurement's name and :class:`Found`, and the seconds it took."""
-
-    tuning: Tuning
-    found: tuple[tuple[str, Found], ...]
-    seconds: float
-
-
-def _best_times(fns: dict, reps: int) -> dict:
-    """Fastest seconds of each function, run alternately ``reps`` times after one warm-up."""
-    times: dict[str, list[float]] = {n: [] for n in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(reps):
-        for n, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[n].append(time.perf_counter() - t0)
-    return {n: min(t) for n, t in times.items()}
 
 
 def _qkv(b: int, h: int, lq: int, d: int = 64, lk: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -97,12 +59,19 @@ def _empty_fraction(mask: M.Mask, lq: int, lk: int, bq: int, bkv: int) -> float:
     return float((mask.block_map(lq, lk, bq, bkv) == M.EMPTY).float().mean())
 
 
-def _race(q, k, v, mask, reps: int, backends=("dense", "blocksparse")) -> dict[str, float]:
+def _race(q, k, v, mask, reps: int, backends=("dense", "blocksparse")) -> dict[str, list]:
+    """Seconds of every alternate repeat of each backend on one call."""
     fns = {
         b: (lambda b=b: scaled_dot_product_attention(q, k, v, mask, backend=b)) for b in backends
     }
     with torch.inference_mode():
-        return _best_times(fns, reps)
+        return race_times(fns, reps)
+
+
+def _dense_ratio(r: dict[str, list]) -> tuple[float, float]:
+    """(median, spread) of dense time / blocksparse time over the raced pairs."""
+    median, spread, _ = ratio_stats(r["dense"], r["blocksparse"])
+    return median, spread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +84,7 @@ def crossover(budget: Budget) -> Found:
     t = current()
     bq, bkv = t.blocksparse_block_q, t.blocksparse_block_kv
     wins: dict[float, bool] = {}
-    seen = []
+    seen, points = [], []
     for length in sorted({budget.length, max(256, budget.length // 2)}):
         q, k, v = _qkv(1, 8, length)
         for keep in (0.7, 0.5, 0.3):  # fraction of the keys a window reaches
@@ -123,19 +92,25 @@ def crossover(budget: Budget) -> Found:
             frac = round(_empty_fraction(mask, length, length, bq, bkv), 3)
             if frac == 0.0:
                 continue
-            r = _race(q, k, v, mask, budget.reps)
-            ratio = r["dense"] / r["blocksparse"]
-            wins[frac] = wins.get(frac, True) and ratio >= budget.margin
-            seen.append(f"L={length} {frac:.0%} empty {ratio:.2f}x")
+            ratio, spread = _dense_ratio(_race(q, k, v, mask, pairs(budget.reps)))
+            wins[frac] = wins.get(frac, True) and ratio - spread >= budget.margin
+            points.append((ratio, spread))
+            seen.append(f"L={length} {frac:.0%} empty {ratio:.2f}x +/- {spread:.2f}")
     least = 1.0  # blocksparse never won clearly: auto keeps dense unless every block is empty
     for frac in sorted(wins, reverse=True):
         if not wins[frac]:
             break
         least = frac
     least = max(least, 0.05)
+    sure = {"blocksparse_min_empty": Sureness(1.0, 0.0, 0, "nothing raced: dense kept")}
+    if points:
+        sure["blocksparse_min_empty"] = near_margin(
+            points, budget.margin, pairs(budget.reps), "dense kept"
+        )
     return Found(
         {"blocksparse_min_empty": least},
         "blocksparse/dense speed by empty blocks: " + ", ".join(seen),
+        sureness=sure,
     )
 
 
@@ -166,7 +141,7 @@ def element_calls(budget: Budget) -> Found:
     for length in sorted({budget.length // 2, budget.length}):
         if length >= 1024:
             cases.append((2, 8, length, 64))
-    seen, points = [], []
+    seen, points, spreads = [], [], []
     for b, h, length, d in cases:
         if b == 2:
             lengths = torch.tensor([length, length // 4])
@@ -176,15 +151,18 @@ def element_calls(budget: Budget) -> Found:
         q, k, v, mask, per_call = _padded(b, h, length, d, lengths)
         if per_call is None:
             continue
-        r = _race(q, k, v, mask, budget.reps)  # forced: no speed reason applies
-        ratio = r["dense"] / r["blocksparse"]
-        points.append((per_call, ratio))
-        seen.append(f"({b},{h},{length},{d}) {per_call:,.0f}/call {ratio:.2f}x")
+        # forced: no speed reason applies; a win counts beyond the spread of the races
+        ratio, spread = _dense_ratio(_race(q, k, v, mask, pairs(budget.reps)))
+        points.append((per_call, ratio - spread))
+        spreads.append((ratio, spread))
+        seen.append(f"({b},{h},{length},{d}) {per_call:,.0f}/call {ratio:.2f}x +/- {spread:.2f}")
     if not points:
         return Found({}, "no measured call reached the per-element threshold")
+    sure = near_margin(spreads, budget.margin, pairs(budget.reps), "dense kept")
     return Found(
         {"blocksparse_element_call_entries": element_threshold(points, budget.margin)},
         "per-element calls against dense: " + ", ".join(seen),
+        sureness={"blocksparse_element_call_entries": sure},
     )
 
 
@@ -204,12 +182,13 @@ def blocks(budget: Budget) -> Found:
     }
     fns = {c: (lambda t=t: _with(t, q, k, v, mask)) for c, t in tunings.items()}
     with torch.inference_mode():
-        times = _best_times(fns, budget.reps)
-    best = _fastest(times, (t0.blocksparse_block_q, t0.blocksparse_block_kv), budget.margin)
-    shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.1f} ms" for a, b in times)
+        raced = race_times(fns, pairs(budget.reps))
+    best, sure = choose(raced, (t0.blocksparse_block_q, t0.blocksparse_block_kv), budget.margin)
+    shown = ", ".join(f"{a}x{b} {median_time(raced[(a, b)]) * 1e3:.1f} ms" for a, b in raced)
     return Found(
         {"blocksparse_block_q": best[0], "blocksparse_block_kv": best[1]},
         f"window L/4, L={length}: {shown}",
+        sureness={"blocksparse_block_q": sure, "blocksparse_block_kv": sure},
     )
 
 
@@ -221,10 +200,14 @@ def band_block(budget: Budget) -> Found:
     tunings = {bq: dataclasses.replace(t0, blocksparse_band_block_q=bq) for bq in (16, 32, 64, 128)}
     fns = {bq: (lambda t=t: _with(t, q, k, v, mask)) for bq, t in tunings.items()}
     with torch.inference_mode():
-        times = _best_times(fns, budget.reps)
-    best = _fastest(times, t0.blocksparse_band_block_q, budget.margin)
-    shown = ", ".join(f"{bq} rows {s * 1e3:.1f} ms" for bq, s in times.items())
-    return Found({"blocksparse_band_block_q": best}, f"window 128, L={4 * budget.length}: {shown}")
+        raced = race_times(fns, pairs(budget.reps))
+    best, sure = choose(raced, t0.blocksparse_band_block_q, budget.margin)
+    shown = ", ".join(f"{bq} rows {median_time(s) * 1e3:.1f} ms" for bq, s in raced.items())
+    return Found(
+        {"blocksparse_band_block_q": best},
+        f"window 128, L={4 * budget.length}: {shown}",
+        sureness={"blocksparse_band_block_q": sure},
+    )
 
 
 def _with(t: Tuning, q, k, v, mask):
@@ -233,27 +216,22 @@ def _with(t: Tuning, q, k, v, mask):
         return scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
 
 
-def _fastest(times: dict, base, margin: float):
-    """The key of the fastest of ``times``, unless ``base`` (the value in use) is within
-    ``margin`` of it: a candidate must be clearly faster to replace it."""
-    best = min(times, key=times.get)
-    return base if base in times and times[base] < margin * times[best] else best
-
-
 def planner_costs(budget: Budget) -> Found:
     """``planner_flops`` / ``planner_call_s``: one SDPA call's throughput at (1, 8, 512, 64)
     and the time of a tiny call (1, 8, 16, 64), the planner's two cost terms."""
     big, tiny = _qkv(1, 8, 512), _qkv(1, 8, 16)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     with torch.inference_mode():
-        times = _best_times({"big": lambda: sdpa(*big)}, max(3, budget.reps))
-        times.update(_best_times({"tiny": lambda: sdpa(*tiny)}, 50))
+        times = best_times({"big": lambda: sdpa(*big)}, max(3, budget.reps))
+        times.update(best_times({"tiny": lambda: sdpa(*tiny)}, 50))
     flops = 4 * 8 * 512 * 512 * 64 / max(times["big"] - times["tiny"], 1e-9)
     flops = min(max(flops, 1e8), 1e14)
+    cost = Sureness(1.0, 0.0, 0, "a measured cost, not a choice: the fastest of its repeats")
     call_s = min(max(times["tiny"], 1e-7), 1e-2)
     return Found(
         {"planner_flops": float(f"{flops:.3g}"), "planner_call_s": float(f"{call_s:.3g}")},
         f"SDPA {flops / 1e9:.1f} Gflop/s, {call_s * 1e6:.0f} us per call",
+        sureness={n: cost for n in ("planner_flops", "planner_call_s")},
     )
 
 
@@ -264,26 +242,32 @@ def scan_threads(budget: Budget) -> Found:
     if torch.get_num_threads() < 2:
         return Found({}, "one torch thread: the threaded scan never runs")
     sizes = [2**20, 2**22, 2**24] if budget.length >= 1024 else [2**18, 2**20]
-    seen, least = [], None
+    seen, least, points = [], None, []
     for n in sizes:
         x = torch.randn(n // 3)
         if scan.absmax_bits(x) is None:
             return Found({}, "numba is not usable: the bit scan never runs")
-        times = _best_times(
+        raced = race_times(
             {
                 "bits": lambda x=x: scan.absmax_bits(x),
                 "torch": lambda x=x: scan.absmax_torch(x),
             },
             5 * budget.reps,
         )
-        ratio = times["bits"] / times["torch"]
-        seen.append(f"{n:,} entries: threaded {ratio:.2f}x")
-        if ratio >= budget.margin and least is None:
+        ratio, spread, _ = ratio_stats(raced["bits"], raced["torch"])
+        points.append((ratio, spread))
+        seen.append(f"{n:,} entries: threaded {ratio:.2f}x +/- {spread:.2f}")
+        if ratio - spread >= budget.margin and least is None:
             least = n
-        elif ratio < budget.margin:
-            least = None  # must win at every larger size
+        elif ratio - spread < budget.margin:
+            least = None  # must win beyond the noise at every larger size
     found = {"scan_threaded_min": least if least is not None else 2 * sizes[-1]}
-    return Found(found, "threaded torch max against the bit scan: " + ", ".join(seen))
+    sure = near_margin(points, budget.margin, 5 * budget.reps, "the serial scan kept")
+    return Found(
+        found,
+        "threaded torch max against the bit scan: " + ", ".join(seen),
+        sureness={"scan_threaded_min": sure},
+    )
 
 
 def additive_tiles(budget: Budget) -> Found:
@@ -314,41 +298,55 @@ def additive_tiles(budget: Budget) -> Found:
         c: timed(dataclasses.replace(t0, additive_block_q=c[0], additive_block_k=c[1]))
         for c in tiles
     }
-    times = _best_times(fns, budget.reps)
-    best = _fastest(times, (t0.additive_block_q, t0.additive_block_k), budget.margin)
+    times = race_times(fns, pairs(budget.reps))
+    best, sure = choose(times, (t0.additive_block_q, t0.additive_block_k), budget.margin)
     tile = dataclasses.replace(t0, additive_block_q=best[0], additive_block_k=best[1])
     parts = {p: timed(dataclasses.replace(tile, numba_parts_per_thread=p)) for p in (2, 4, 8)}
-    ptimes = _best_times(parts, budget.reps)
-    bp = _fastest(ptimes, t0.numba_parts_per_thread, budget.margin)
-    shown = ", ".join(f"{a}x{b} {times[(a, b)] * 1e3:.0f} ms" for a, b in times)
-    shown += "; parts/thread " + ", ".join(f"{p}: {s * 1e3:.0f} ms" for p, s in ptimes.items())
+    ptimes = race_times(parts, pairs(budget.reps))
+    bp, psure = choose(ptimes, t0.numba_parts_per_thread, budget.margin)
+    shown = ", ".join(f"{a}x{b} {median_time(times[(a, b)]) * 1e3:.0f} ms" for a, b in times)
+    shown += "; parts/thread " + ", ".join(
+        f"{p}: {median_time(s) * 1e3:.0f} ms" for p, s in ptimes.items()
+    )
     return Found(
         {"additive_block_q": best[0], "additive_block_k": best[1], "numba_parts_per_thread": bp},
         f"additive fwd+bwd, L={n}: {shown}",
+        sureness={
+            "additive_block_q": sure,
+            "additive_block_k": sure,
+            "numba_parts_per_thread": psure,
+        },
     )
 
 
 def decode_split_k(budget: Budget) -> Found:
-    """``decode_split_k_min_bytes``: the least k and v bytes at which a float32 decode step
-    (q (1, 8, 1, 64)) is faster on the numba split-K kernel than on torch ops by the margin, and
-    from which it is never slower by the margin (a tie keeps the kernel: both read the same
-    bytes); 2**40 (never) otherwise or without numba."""
+    """``decode_split_k_ranges``: per range of k and v bytes, whether a float32 decode step
+    (q (1, 8, 1, 64)) runs on the numba split-K kernel or on torch ops. Both are raced
+    alternately at each size; :func:`~attnkit.tune_rules.split_k_ranges` gives torch ops the
+    sizes where they are faster beyond the spread of the races (ties keep the kernel: both read
+    the same bytes). Without numba: not measured."""
     from attnkit.kernels.decode.kernel import attend
     from attnkit.kernels.decode.split_k import numba_missing
 
     if numba_missing():
         return Found({}, numba_missing() or "numba is not usable")
     sizes = [512, 2048, 8192, 32768] if budget.length >= 1024 else [512, 2048]
+    reps = 10 * budget.reps
     seen, points = [], []
     for lk in sizes:
         q, k, v = _qkv(1, 8, 1, lk=lk)
         fns = {s: (lambda s=s, x=(q, k, v): attend(*x, None, 0.125, s)) for s in (False, True)}
         with torch.inference_mode():
-            times = _best_times(fns, 10 * budget.reps)
-        points.append((2 * k.numel() * k.element_size(), times[False] / times[True]))
-        seen.append(f"Lk {lk}: split-K {points[-1][1]:.2f}x")
-    found = {"decode_split_k_min_bytes": split_k_threshold(points, budget.margin)}
-    return Found(found, "float32 decode, split-K kernel against torch ops: " + ", ".join(seen))
+            raced = race_times(fns, reps)
+        ratio, spread, _ = ratio_stats(raced[False], raced[True])
+        points.append((2 * k.numel() * k.element_size(), ratio, spread))
+        seen.append(f"Lk {lk}: split-K {ratio:.2f}x +/- {spread:.2f}")
+    ranges, sure = split_k_ranges(points, budget.margin, reps)
+    return Found(
+        {"decode_split_k_ranges": ranges},
+        "float32 decode, split-K kernel against torch ops: " + ", ".join(seen),
+        sureness={"decode_split_k_ranges": sure},
+    )
 
 
 MEASUREMENTS: tuple[Callable[[Budget], Found], ...] = (
@@ -372,7 +370,7 @@ def tune(budget: Budget | None = None, progress: Callable[[str], None] | None = 
     if not isinstance(budget, Budget):
         raise TypeError(f"budget: expected a Budget, got {type(budget).__name__}")
     start = time.perf_counter()
-    t, found = DEFAULT, []
+    t, found, sure = DEFAULT, [], {}
     with use(DEFAULT):
         for measure in MEASUREMENTS:
             if progress is not None:
@@ -382,8 +380,9 @@ def tune(budget: Budget | None = None, progress: Callable[[str], None] | None = 
                 f = measure(budget)
             f = dataclasses.replace(f, seconds=time.perf_counter() - t0)
             t = dataclasses.replace(t, **f.values)
+            sure.update(f.sureness)
             found.append((measure.__name__, f))
     names = tuple(n for _, f in found for n in f.values)
     date = datetime.now(timezone.utc).date().isoformat()
-    t = dataclasses.replace(t, measured=names, measured_on=date)
+    t = dataclasses.replace(t, measured=names, measured_on=date, sureness=tuple(sure.items()))
     return Tuned(t, tuple(found), time.perf_counter() - start)

@@ -5,6 +5,7 @@ measured here are never asserted (they depend on this CPU): only their validity 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import sys
@@ -44,6 +45,9 @@ def test_quick_tune_stores_what_info_then_shows(capsys, cache, monkeypatch):
     measured = {c["name"] for c in d["constants"] if c["seen"]}
     assert measured == set(stored["tuning"]) and {"blocksparse_min_empty"} <= measured
     T.Tuning(**stored["tuning"])  # every stored value is valid (range, type, multiple)
+    assert set(stored["sureness"]) == measured  # every decision says how sure it was
+    for c in d["constants"]:
+        assert (c["how_sure"] is None) == (c["name"] not in measured), c
     assert T.current() == T.DEFAULT  # the running process keeps the tuning it started with
 
     monkeypatch.delenv("ATTNKIT_NO_TUNING", raising=False)
@@ -54,6 +58,7 @@ def test_quick_tune_stores_what_info_then_shows(capsys, cache, monkeypatch):
         info = json.loads(out)["tuning"]
         assert info["file"] == str(cache) and info["file_used"] and info["why_defaults"] is None
         sources = {c["name"]: c["source"] for c in info["constants"]}
+        assert all("not recorded" not in c["how_sure"] for c in info["constants"])
         for name, source in sources.items():
             want = f"measured by attnkit tune on {today}" if name in measured else T.BUILT_IN
             assert source == want, (name, source)
@@ -69,6 +74,38 @@ def test_info_without_a_stored_tuning_says_built_in(capsys, cache):
     for f in T.constants():
         assert f.name in out
     assert "built-in default" in out and "built-in defaults:" in out
+    assert "how sure" in out and "not measured on this machine" in out
+
+
+def test_info_says_how_sure_each_stored_decision_is(capsys, cache, monkeypatch):
+    from attnkit.kernels import tuning_store
+    from attnkit.kernels.tuning_sureness import Sureness
+
+    t = dataclasses.replace(
+        T.DEFAULT,
+        blocksparse_band_block_q=64,
+        decode_split_k_ranges=((2**23, "split-k"), (2**40, "torch")),
+        measured=("blocksparse_band_block_q", "decode_split_k_ranges"),
+        measured_on="2026-11-02",
+        sureness=(
+            ("blocksparse_band_block_q", Sureness(1.4, 0.05, 7, "clear: faster beyond the noise")),
+        ),
+    )
+    tuning_store.save(t, cache)
+    monkeypatch.delenv("ATTNKIT_NO_TUNING", raising=False)
+    monkeypatch.setenv("COLUMNS", "400")  # one line per constant
+    with T.use(None):
+        code, out, err = run(capsys, "info", "--json")
+        assert code == 0, err
+        rows = {c["name"]: c for c in json.loads(out)["tuning"]["constants"]}
+        code, text, err = run(capsys, "info")
+    assert rows["blocksparse_band_block_q"]["how_sure"] == (
+        "clear: faster beyond the noise (median ratio 1.40x +/- 0.05 over 7 races)"
+    )
+    assert rows["decode_split_k_ranges"]["how_sure"] == "not recorded (tuned by an older attnkit)"
+    assert rows["decode_split_k_ranges"]["shown"] == "split-K below 8 MiB, torch ops from 8 MiB"
+    assert rows["scan_threaded_min"]["how_sure"] == "not measured on this machine"
+    assert "how sure" in text and "7 races" in text and "older attnkit" in text
 
 
 def test_dry_run_stores_nothing_and_reset_forgets(capsys, cache, monkeypatch):

@@ -201,7 +201,7 @@ def test_bf16_is_refused_with_a_reason_without_native_bf16(monkeypatch):
 @pytest.fixture
 def split_k_for_float32():
     """Every float32 decode step on the split-K kernel (where the mask allows its whole range)."""
-    with use(dataclasses.replace(current(), decode_split_k_min_bytes=0)):
+    with use(dataclasses.replace(current(), decode_split_k_ranges=((2**40, "split-k"),))):
         yield
 
 

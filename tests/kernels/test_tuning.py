@@ -14,6 +14,7 @@ import pytest
 
 from attnkit.kernels import tuning as T
 from attnkit.kernels import tuning_store as S
+from attnkit.kernels.tuning_sureness import Sureness
 
 MEASURED = dataclasses.replace(
     T.DEFAULT,
@@ -29,7 +30,10 @@ def test_defaults_are_valid_and_every_constant_is_documented():
     names = [f.name for f in T.constants()]
     assert len(names) == len(set(names)) >= 10
     for f in T.constants():
-        assert f.metadata["doc"] and f.metadata["range"][0] <= getattr(T.DEFAULT, f.name)
+        value = getattr(T.DEFAULT, f.name)
+        lo = f.metadata["range"][0]
+        assert f.metadata["doc"]
+        assert all(lo <= b for b, _ in value) if f.metadata.get("ranges") else lo <= value
     assert all(src == T.BUILT_IN for _, _, src, _ in T.describe(T.DEFAULT))
 
 
@@ -102,9 +106,24 @@ def _corrupt(path, how):
         path.write_text(json.dumps(dict(good, tuning={"no_such_constant": 1})))
     elif how == "a list":
         path.write_text("[1, 2]")
+    elif how == "bad sureness":
+        path.write_text(json.dumps(dict(good, sureness={"blocksparse_min_empty": {"ratio": 1}})))
+    elif how == "bad ranges":
+        path.write_text(json.dumps(dict(good, tuning={"decode_split_k_ranges": [[5, "torch"]]})))
 
 
-@pytest.mark.parametrize("how", ["not json", "other schema", "bad value", "unknown name", "a list"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "not json",
+        "other schema",
+        "bad value",
+        "unknown name",
+        "a list",
+        "bad sureness",
+        "bad ranges",
+    ],
+)
 def test_corrupt_file_gives_the_defaults_with_a_warning(tmp_path, how):
     path = tmp_path / "tuning.json"
     _corrupt(path, how)
@@ -159,3 +178,64 @@ def test_use_refuses_what_is_not_a_tuning():
             pass
     with pytest.raises(TypeError, match="tuning: expected a Tuning, got str"):
         S.save("fast")
+
+
+SURE = Sureness(1.31, 0.04, 9, "clear: faster beyond the noise")
+RANGES = ((2**23, "split-k"), (2**40, "torch"))
+
+
+def test_sureness_and_ranges_round_trip_and_are_said_in_words(tmp_path):
+    t = dataclasses.replace(
+        MEASURED,
+        decode_split_k_ranges=RANGES,
+        measured=(*MEASURED.measured, "decode_split_k_ranges"),
+        sureness=(("decode_split_k_ranges", SURE), ("blocksparse_min_empty", SURE)),
+    )
+    path = S.save(t, tmp_path / "tuning.json")
+    record = json.loads(path.read_text())
+    assert record["sureness"]["decode_split_k_ranges"]["repeats"] == 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = S.load(path)
+    assert loaded.tuning == t and loaded.tuning.decode_split_k_ranges == RANGES
+    assert t.sure("decode_split_k_ranges") == (
+        "clear: faster beyond the noise (median ratio 1.31x +/- 0.04 over 9 races)"
+    )
+    assert t.sure("scan_threaded_min") == "not recorded (tuned by an older attnkit)"
+    assert t.sure("blocksparse_block_q") == "not measured on this machine"
+    shown = dict((n, v) for n, v, _, _ in T.describe(t))
+    assert shown["decode_split_k_ranges"] == "split-K below 8 MiB, torch ops from 8 MiB"
+
+
+def test_sureness_must_name_measured_constants():
+    with pytest.raises(ValueError, match="sureness: expected"):
+        dataclasses.replace(T.DEFAULT, sureness=(("blocksparse_min_empty", SURE),))
+    with pytest.raises(ValueError, match="ratio: expected a number"):
+        Sureness(-1.0, 0.0, 3, "clear")
+
+
+@pytest.mark.parametrize(
+    "least, ranges",
+    [
+        (0, ((2**40, "split-k"),)),
+        (2**40, ((2**40, "torch"),)),
+        (2**22, ((2**22, "torch"), (2**40, "split-k"))),
+    ],
+)
+def test_an_old_file_with_the_single_threshold_and_no_sureness_still_loads(tmp_path, least, ranges):
+    path = tmp_path / "tuning.json"
+    record = {
+        "schema": S.SCHEMA,
+        "key": S.machine_key(),
+        "tuning": {"blocksparse_min_empty": 0.4, "decode_split_k_min_bytes": least},
+        "measured_on": "2026-11-01",
+    }
+    path.write_text(json.dumps(record))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = S.load(path)
+    assert loaded.why_default is None
+    t = loaded.tuning
+    assert t.decode_split_k_ranges == ranges and t.blocksparse_min_empty == 0.4
+    assert t.measured == ("blocksparse_min_empty", "decode_split_k_ranges")
+    assert t.sureness == () and "older attnkit" in t.sure("decode_split_k_ranges")

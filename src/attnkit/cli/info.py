@@ -3,8 +3,8 @@
 Versions (attnkit, Python, torch, numba, NumPy, safetensors, tokenizers), the CPU and its
 capability, thread counts, the numba cache directory, for each attention backend whether it
 is available and, if not, why, and the dispatch constants in use with where each came from
-(built in, or measured by ``attnkit tune``). :func:`collect` returns the same as a JSON-ready
-dict (for ``--json`` and for benchmark records).
+(built in, or measured by ``attnkit tune``) and how sure the tune was of it. :func:`collect`
+returns the same as a JSON-ready dict (for ``--json`` and for benchmark records).
 """
 
 from __future__ import annotations
@@ -193,7 +193,14 @@ def _tuning() -> dict[str, Any]:
         "file_used": loaded.why_default is None and t == loaded.tuning,
         "why_defaults": loaded.why_default,
         "constants": [
-            {"name": n, "value": getattr(t, n), "shown": v, "source": src, "decides": doc}
+            {
+                "name": n,
+                "value": getattr(t, n),
+                "shown": v,
+                "source": src,
+                "how_sure": t.sure(n),
+                "decides": doc,
+            }
             for n, v, src, doc in tuning.describe(t)
         ],
     }
@@ -252,10 +259,16 @@ def render(info: dict[str, Any]) -> None:
     tu = info["tuning"]
     c = Table(title="dispatch constants (attnkit tune measures them)", title_justify="left")
     c.add_column("constant", no_wrap=True)
-    for col in ("value", "from", "decides"):
+    for col in ("value", "from", "how sure", "decides"):
         c.add_column(col, overflow="fold")
     for row in tu["constants"]:
-        c.add_row(row["name"], markup(row["shown"]), markup(row["source"]), markup(row["decides"]))
+        c.add_row(
+            row["name"],
+            markup(row["shown"]),
+            markup(row["source"]),
+            markup(row["how_sure"]),
+            markup(row["decides"]),
+        )
     out.print(c)
     if tu["file_used"]:
         out.print(f"measured constants read from {markup(tu['file'])}")

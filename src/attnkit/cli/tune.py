@@ -103,6 +103,7 @@ def _result(tuned: Any, path: Any) -> dict[str, Any]:
                 "source": t.source(f.name),
                 "seen": seen.get(f.name),
                 "measured_with": lead.get(f.name),
+                "how_sure": t.sure(f.name) if f.name in t.measured else None,
             }
             for f in constants()
         ],
@@ -115,13 +116,14 @@ def _render(result: dict[str, Any]) -> None:
     out = console()
     table = Table(title="attnkit tune", title_justify="left")
     table.add_column("constant", no_wrap=True)
-    for col in ("built-in", "this machine", "what was measured"):
+    for col in ("built-in", "this machine", "how sure", "what was measured"):
         table.add_column(col, overflow="fold")
     for c in result["constants"]:
         table.add_row(
             c["name"],
             markup(c["shown"][0]),
             markup(c["shown"][1]) if c["seen"] else "(not measured)",
+            markup(c["how_sure"] or ""),
             markup(c["seen"] or "")
             if c["measured_with"] in (None, c["name"])
             else f"with {c['measured_with']}",

@@ -6,7 +6,12 @@ The file is ``<cache>/tuning.json``, ``<cache>`` being ``platformdirs.user_cache
     {"schema": "attnkit.tuning/1",
      "key": {"cpu": "<CPU model>", "torch": "<torch version>", "attnkit": "<attnkit version>"},
      "tuning": {"<constant>": <value>, ...},   # the measured constants only
-     "measured_on": "<ISO date, UTC>"}
+     "measured_on": "<ISO date, UTC>",
+     "sureness": {"<constant>": {"ratio": r, "spread": s, "repeats": n, "verdict": "..."}}}
+
+``sureness`` (how sure the tune was of each decision) is optional: files written before it
+existed load without it. So do files holding the old single threshold
+``decode_split_k_min_bytes``: it is read as the ranges ``decode_split_k_ranges`` it meant.
 
 A stored tuning applies only when its key equals this process's (:func:`machine_key`): a new
 CPU, torch or attnkit release gets the built-in defaults until ``attnkit tune`` runs again. A
@@ -25,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.files import write_atomic
+from attnkit.kernels import tuning_ranges
+from attnkit.kernels.tuning_sureness import Sureness
 from attnkit.kernels.tuning_values import DEFAULT, Tuning, constants
 
 __all__ = [
@@ -99,6 +106,7 @@ def save(t: Tuning, path: Path | None = None) -> Path:
         "key": machine_key(),
         "tuning": {n: getattr(t, n) for n in t.measured},
         "measured_on": t.measured_on,
+        "sureness": {n: v.record() for n, v in t.sureness},
     }
     data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,15 +141,34 @@ def load(path: Path | None = None) -> Loaded:
         return Loaded(DEFAULT, path, f"the stored tuning was measured {diff}")
     values, when = record.get("tuning"), record.get("measured_on")
     names = {f.name for f in constants()}
+    if isinstance(values, dict) and "decode_split_k_min_bytes" in values:
+        values = _old_split_k(values)
     if not isinstance(values, dict) or not set(values) <= names:
         return _invalid(path, f"holds unknown constants {sorted(set(values or {}) - names)}")
     if when is not None and not isinstance(when, str):
         return _invalid(path, "has a measured_on that is not a date")
+    sure = record.get("sureness", {})
     try:
-        t = dataclasses.replace(DEFAULT, **values, measured=tuple(values), measured_on=when)
+        if not isinstance(sure, dict):
+            raise TypeError(f"sureness: expected an object, got {type(sure).__name__}")
+        sureness = tuple((n, Sureness(**v)) for n, v in sure.items())
+        t = dataclasses.replace(
+            DEFAULT, **values, measured=tuple(values), measured_on=when, sureness=sureness
+        )
     except (TypeError, ValueError) as e:
         return _invalid(path, f"holds an invalid value: {e}")
     return Loaded(t, path, None)
+
+
+def _old_split_k(values: dict) -> dict:
+    """``values`` with the old threshold ``decode_split_k_min_bytes`` ("split-K from N bytes
+    on") as the ranges it meant (left as it is when it is not a number: refused later)."""
+    least = values["decode_split_k_min_bytes"]
+    if isinstance(least, bool) or not isinstance(least, (int, float)):
+        return values
+    out = {n: v for n, v in values.items() if n != "decode_split_k_min_bytes"}
+    out["decode_split_k_ranges"] = tuning_ranges.from_min_bytes(int(least))
+    return out
 
 
 def _key_difference(stored: object, here: dict[str, str]) -> str:

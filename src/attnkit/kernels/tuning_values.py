@@ -11,6 +11,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnkit.kernels import tuning_ranges
+from attnkit.kernels.tuning_sureness import Sureness
+
 __all__ = ["BUILT_IN", "DEFAULT", "Tuning", "constants", "describe"]
 
 BUILT_IN = "built-in default"
@@ -89,21 +92,28 @@ class Tuning:
     additive_block_k: int = field(
         default=128, metadata=_doc("keys per tile of the fused additive kernels", 8, 2048)
     )
-    decode_split_k_min_bytes: int = field(
-        default=0,
-        metadata=_doc(
-            "bytes of k and v from which a float32 decode step runs on the numba split-K "
-            "kernel instead of torch ops (0: always, 2**40: never)",
-            0,
-            2**40,
-        ),
+    decode_split_k_ranges: tuple[tuple[int, str], ...] = field(
+        default=((tuning_ranges.TOP, tuning_ranges.SPLIT_K),),
+        metadata={
+            **_doc(
+                "which float32 decode steps run on the numba split-K kernel and which on torch "
+                "ops, per range of k and v bytes",
+                0,
+                tuning_ranges.TOP,
+            ),
+            "ranges": True,
+        },
     )
     measured: tuple[str, ...] = ()
     measured_on: str | None = None
+    sureness: tuple[tuple[str, Sureness], ...] = ()
 
     def __post_init__(self) -> None:
         for f in constants():
             value = getattr(self, f.name)
+            if f.metadata.get("ranges"):
+                object.__setattr__(self, f.name, tuning_ranges.checked(f.name, value))
+                continue
             kind = int if f.type in ("int", int) else float
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{f.name}: expected {kind.__name__}, got {type(value).__name__}")
@@ -123,6 +133,29 @@ class Tuning:
             raise ValueError(f"measured: unknown constants {unknown}")
         measured = tuple(n for n in names if n in self.measured)  # declaration order
         object.__setattr__(self, "measured", measured)
+        sure = dict(self.sureness)
+        if not set(sure) <= set(measured) or not all(
+            isinstance(v, Sureness) for v in sure.values()
+        ):
+            raise ValueError(
+                "sureness: expected (measured constant, Sureness) pairs, "
+                f"got {sorted(sure)} for measured {list(measured)}"
+            )
+        object.__setattr__(self, "sureness", tuple((n, sure[n]) for n in measured if n in sure))
+
+    def sure(self, name: str) -> str:
+        """How sure ``attnkit tune`` was of constant ``name``, in words."""
+        if name not in self.measured:
+            return "not measured on this machine"
+        for n, s in self.sureness:
+            if n == name:
+                return s.words()
+        return "not recorded (tuned by an older attnkit)"
+
+    def decode_split_k_at(self, nbytes: int) -> bool:
+        """Whether a float32 decode step holding ``nbytes`` of k and v runs on the split-K
+        kernel (``decode_split_k_ranges``)."""
+        return tuning_ranges.route_at(self.decode_split_k_ranges, nbytes) == tuning_ranges.SPLIT_K
 
     def source(self, name: str) -> str:
         """Where the value of constant ``name`` came from, in words."""
@@ -140,7 +173,9 @@ def constants() -> tuple[dataclasses.Field, ...]:
     return tuple(f for f in dataclasses.fields(Tuning) if "range" in f.metadata)
 
 
-def _fmt(value: float) -> str:
+def _fmt(value: Any) -> str:
+    if isinstance(value, tuple):
+        return tuning_ranges.words(value)
     if isinstance(value, int) and value >= 2**10 and value & (value - 1) == 0:
         return f"{value:,} (2**{value.bit_length() - 1})"
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"

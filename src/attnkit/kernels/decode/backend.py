@@ -19,11 +19,11 @@ What it serves, and why not the rest (each a reason in :meth:`DecodeBackend.not_
 ``backend="auto"`` takes float32 steps from DECODE_MIN_KV cached keys holding DECODE_MIN_BYTES
 of k and v: below that, SDPA's lower fixed cost per call wins. bfloat16 steps it takes at any
 length (SDPA's bf16 path on CPU is several times slower per key). float32 steps run on the
-split-K kernel from ``decode_split_k_min_bytes`` of k and v, on torch ops below. That
-:class:`~attnkit.kernels.tuning.Tuning` field is measured by ``attnkit tune``; its default is 0
-(always): on the 2-core AVX-512 EPYC, q (1, 8, 1, 64) float32, the kernel (keys in groups of
-eight for widths 64 and 128, units on torch's OpenMP threads) took 67-74 us against 87-98 us on
-torch ops at Lk = 2048, and 114 against 138 us on one thread.
+split-K kernel or on torch ops per range of k and v bytes (``decode_split_k_ranges``). That
+:class:`~attnkit.kernels.tuning.Tuning` field is measured by ``attnkit tune``; its default is
+split-K at every size: on the 2-core AVX-512 EPYC, q (1, 8, 1, 64) float32, the kernel (keys
+in groups of eight for widths 64 and 128, units on torch's OpenMP threads) took 67-74 us
+against 87-98 us on torch ops at Lk = 2048, and 114 against 138 us on one thread.
 
 The overflow policy is checked inside the step (:mod:`.kernel`; ``kernel_checks``: dispatch
 hands the backend a decision without the input scan); a step whose scores or output break it
@@ -116,7 +116,7 @@ class DecodeBackend(Backend):
 
     def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None] | None:
         split_k = call.dtype == torch.bfloat16 or (
-            _bytes(call) >= current().decode_split_k_min_bytes and numba_missing() is None
+            current().decode_split_k_at(_bytes(call)) and numba_missing() is None
         )
         res = attend(call.q, call.k, call.v, call.mask, call.scale, split_k)
         if res is None:  # the scores or the output broke the policy: dispatch redoes it
