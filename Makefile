@@ -136,9 +136,17 @@ bench: $(STAMP_RUN)
 # a venv on that torch (--system-site-packages, attnkit --no-deps), one table at the end.
 # GPU_PYTHON: the interpreter whose torch sees the GPU.
 GPU_PYTHON ?= $(PY)
-.PHONY: gpu-check
+.PHONY: gpu-check gpu-wheels
 gpu-check:
 	$(GPU_PYTHON) scripts/gpu_check.py --python $(GPU_PYTHON)
+
+# Run here, before lending the checkout to a GPU machine without a package index: the wheels
+# gpu-check installs there (--no-deps) beside its system packages: platformdirs, and the oldest
+# transformers attnkit's integration accepts (the machine's own may be older).
+gpu-wheels: $(STAMP_DEV)
+	$(BIN)/python -m pip download -q --no-deps -d gpu-wheels platformdirs \
+		"transformers==$$($(BIN)/python -c 'from attnkit.integrations.versions import TRANSFORMERS_OLDEST as v; print(v)')"
+	ls gpu-wheels
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache site
