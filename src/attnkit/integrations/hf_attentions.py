@@ -40,8 +40,9 @@ _MAX_OUTPUT = 64  # longest generated output of an encoder-decoder (tokens)
 
 @dataclass(frozen=True)
 class AttentionSection:
-    """One kind of attention: ``weights`` (N, H, Lq, Lk) float32 on the CPU, the query tokens (Lq) and
-    key tokens (Lk) as shown, and ``note``, what the rows and columns are (plain words)."""
+    """One kind of attention: ``weights`` (N, H, Lq, Lk) float32 on the CPU, the query
+    tokens (Lq) and key tokens (Lk) as shown, and ``note``, what the rows and columns are
+    (plain words)."""
 
     title: str
     weights: torch.Tensor
