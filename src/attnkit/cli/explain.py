@@ -240,8 +240,7 @@ def run(ns: argparse.Namespace) -> int:
         if ns.model is not None:
             if ns.example is not None:
                 raise UsageError("--model and --example cannot be combined")
-            with on_device(ns.device or "cpu"):  # checked before the model is loaded
-                return _explain_model(ns, sentence)
+            return _explain_model(ns, sentence)
         if ns.example is not None:
             return _explain_example(ns, sentence)
         return _explain_walkthrough(ns, sentence)
@@ -295,8 +294,9 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
 
     top_k = TOP_K if ns.top_k is None else ns.top_k
     positive_int("top_k", top_k)  # before any work
-    chosen = ma.choose(ns.model, ns.download, current())
-    result = ma.attentions(chosen, sentence)
+    with on_device(ns.device or "cpu"):  # --device checked before the model is loaded
+        chosen = ma.choose(ns.model, ns.download, current())
+        result = ma.attentions(chosen, sentence)  # the weights: host tensors, for the report
     section = result.sections[0]  # self-attention; an encoder-decoder's encoder
     notes = []
     if result.kind == "encoder-decoder":

@@ -128,14 +128,7 @@ def _read_text(ns: argparse.Namespace) -> str:
 
 
 def run(ns: argparse.Namespace) -> int:
-    """Check --device, then run the verb there; the exit code."""
-    with on_device(ns.device):
-        return _run(ns)
-
-
-def _run(ns: argparse.Namespace) -> int:
-    """Run the verb on parsed arguments (on the run's device); the exit code."""
-    from attnkit.train.device import current
+    """Run the verb on parsed arguments; the exit code."""
     from attnkit.viz import html
     from attnkit.viz.weights import check_output_path
 
@@ -149,8 +142,11 @@ def _run(ns: argparse.Namespace) -> int:
             index_list(option, value, _ANY)
     from attnkit.cli import model_attentions as ma
 
-    chosen = ma.choose(ns.model, ns.download, current())
-    result = ma.attentions(chosen, text)
+    with on_device(ns.device):  # --device checked before the model is loaded
+        from attnkit.train.device import current
+
+        chosen = ma.choose(ns.model, ns.download, current())
+        result = ma.attentions(chosen, text)  # the weights: host tensors, for the page
     if result.truncated_to is not None:
         print(
             f"note: the model reads at most {result.truncated_to} tokens; the text was cut to "

@@ -96,8 +96,8 @@ def load_model(
         path: a directory saved by ``save_pretrained`` (config.json, ``*.safetensors``, and a
             tokenizer).
         name: the display name (default: the directory's name).
-        device: where the model runs (default: where transformers loads it, the CPU unless
-            torch's default device says otherwise).
+        device: where the model runs (default: the CPU). It is read on the CPU, then moved,
+            so a GPU default device (``with torch.device("cuda")``) needs no accelerate.
 
     Raises:
         FileNotFoundError: no config.json, no safetensors weights (pickled ``.bin`` weights are
@@ -134,13 +134,14 @@ def load_model(
             f"model: {str(path)!r}: no usable tokenizer ({' '.join(str(e).split())[:200]})"
         ) from None
     _check_weights_fit(auto, config, path)
-    model = auto.from_pretrained(
-        path,
-        attn_implementation=impl,
-        dtype=torch.float32,
-        use_safetensors=True,
-        trust_remote_code=False,
-    ).eval()
+    with torch.device("cpu"):  # under a GPU default device, transformers wants accelerate
+        model = auto.from_pretrained(
+            path,
+            attn_implementation=impl,
+            dtype=torch.float32,
+            use_safetensors=True,
+            trust_remote_code=False,
+        ).eval()
     if device is not None:
         model.to(device)
     if kind == "encoder" and _is_causal_lm(tf, config):
