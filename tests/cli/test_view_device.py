@@ -160,6 +160,9 @@ def test_explain_refuses_device_without_model(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "--device" in err and "--model" in err and err.count("\n") == 1, err
+    if HAS_DEFAULT:  # a model example stands for --model default: it takes a device
+        assert main(["explain", "--example", "it-animal", "--device", "cpu", "--json"]) == 0
+        assert '"model"' in capsys.readouterr().out
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
