@@ -16,32 +16,21 @@ import torch
 
 tf = pytest.importorskip("transformers")
 from support.html_page import decode_sections  # noqa: E402
+from support.tiny_runs import train_lm, train_translate  # noqa: E402
 
 from attnkit.cli import main  # noqa: E402
 from attnkit.train import tokenizer as tk  # noqa: E402
-from attnkit.train.config import TrainConfig  # noqa: E402
-from attnkit.train.trainer import train  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TOL = 1e-5  # float32 attention rows of two implementations, 16-bit page encoding below 1e-5
-TEXT = "ALICE:\nthe cat sat on the mat.\n\nBOB:\na dog ran in the park, and sat.\n\n" * 30
-PAIRS = "".join(f"the cat {w}.\tle chat {w}.\nthe dog {w}.\tle chien {w}.\n" for w in
-                ("sat", "ran", "ate", "slept", "jumped", "sang", "left", "came"))  # fmt: skip
-TINY = dict(d_model=16, nhead=2, layers=2, dim_feedforward=32, max_steps=3, eval_every=3,
-            save_every=3, log_every=3)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("own")
-    (root / "text.txt").write_text(TEXT, encoding="utf-8")
-    (root / "pairs.tsv").write_text(PAIRS, encoding="utf-8")
-    quiet = lambda _: None  # noqa: E731
-    for name, kw in (("lm", {}), ("lm-sin", dict(positions="sinusoidal", block_size=32))):
-        c = TrainConfig(task="lm", data=str(root / "text.txt"), **TINY, **kw)
-        train(c, root / name, echo=quiet)
-    c = TrainConfig(task="translate", data=str(root / "pairs.tsv"), valid_fraction=0.2, **TINY)
-    train(c, root / "tr", echo=quiet)
+    train_lm(root / "lm")
+    train_lm(root / "lm-sin", positions="sinusoidal", block_size=32)
+    train_translate(root / "tr")
     for name in ("lm", "lm-sin"):
         assert (
             main(["export", "--ckpt", str(root / name), "--to", "hf", str(root / f"{name}-hf")])

@@ -90,3 +90,23 @@ def test_bad_input(saved, tmp_path):
     (pickled / "pytorch_model.bin").write_bytes(b"not read")
     with pytest.raises(FileNotFoundError, match="no .safetensors weights"):
         load_model(pickled)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_gpu_model_under_a_gpu_default_device(saved, kind):
+    """``load_model(device="cuda")`` inside ``with torch.device("cuda")`` (emulated on the CPU
+    by tests/support/fake_device.py): read without accelerate, inputs beside the model, the
+    weights returned on the host and equal to a CPU run's."""
+    import torch
+
+    from tests.support.fake_device import HOST, FakeCuda
+
+    fake = FakeCuda(default_gpu=True)
+    with fake:
+        got = model_attentions(load_model(saved[kind], device="cuda"), TEXT)
+    assert not fake.mixed, fake.mixed
+    plain = model_attentions(load_model(saved[kind]), TEXT)
+    for s, p in zip(got.sections, plain.sections, strict=True):
+        assert fake.where(s.weights) == HOST and s.weights.device.type == "cpu", s.title
+        assert (s.q_tokens, s.k_tokens) == (p.q_tokens, p.k_tokens)
+        torch.testing.assert_close(s.weights, p.weights, rtol=0, atol=TOL)

@@ -11,6 +11,8 @@ from attnkit.cli.common import (
     UsageError,
     console,
     int_arg,
+    on_device,
+    one_line,
     option_names,
     print_json,
     utf8_text,
@@ -59,7 +61,7 @@ examples:
   attnkit explain --example bahdanau-vs-dot
   attnkit explain --example softmax
   attnkit explain "The animal didn't cross the street because it was too tired" \\
-      --model default --word it [--top-k 3] [--json]
+      --model default --word it [--top-k 3] [--json] [--device cuda]
 """
 
 
@@ -138,6 +140,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_download_option(p)
     p.add_argument(
+        "--device",
+        metavar="DEVICE",
+        help="with --model: where the model runs: cpu (default), cuda, cuda:N or mps; an error "
+        "when this machine has no such device (the walkthrough and the tutorial examples "
+        "compute in float64 NumPy on the CPU and take no device)",
+    )
+    p.add_argument(
         "--top-k",
         metavar="N",
         type=int_arg("top_k"),
@@ -170,6 +179,7 @@ OPTION_NAMES = {
     "model": "--model",
     "path": "--model",
     "top_k": "--top-k",
+    "device": "--device",
 }
 """Library argument names -> this verb's options, for error messages (the library checks)."""
 
@@ -217,6 +227,12 @@ def run(ns: argparse.Namespace) -> int:
             raise UsageError(
                 f"{unused[0]}: only works with --model (it selects the tokens shown from a "
                 "model's attention); add --model default, or leave it out"
+            )
+        if ns.device is not None:
+            raise UsageError(
+                f"--device {one_line(ns.device)}: only works with --model (it says where the "
+                "model runs; the walkthrough and the tutorial examples compute in float64 NumPy "
+                "on the CPU); add --model default, or leave it out"
             )
     with option_names(OPTION_NAMES):
         if ns.png is not None:  # --png: the heatmap first, then the usual output
@@ -274,11 +290,13 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
     from attnkit.cli import model_attentions as ma
     from attnkit.explain import model_attention as mat
     from attnkit.explain import token_attention as tat
+    from attnkit.train.device import current
 
     top_k = TOP_K if ns.top_k is None else ns.top_k
     positive_int("top_k", top_k)  # before any work
-    chosen = ma.choose(ns.model, ns.download)
-    result = ma.attentions(chosen, sentence)
+    with on_device(ns.device or "cpu"):  # --device checked before the model is loaded
+        chosen = ma.choose(ns.model, ns.download, current())
+        result = ma.attentions(chosen, sentence)  # the weights: host tensors, for the report
     section = result.sections[0]  # self-attention; an encoder-decoder's encoder
     notes = []
     if result.kind == "encoder-decoder":

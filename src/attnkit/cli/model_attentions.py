@@ -9,6 +9,10 @@ Any other model (a directory saved by transformers, or a model name in the local
 cache) runs in transformers with attnkit's attention
 (:mod:`attnkit.integrations.hf_attentions`). Both give the same
 :class:`~attnkit.integrations.hf_attentions.ModelAttentions`.
+
+``--device``: :func:`choose` puts the model on the device and :func:`attentions` its inputs;
+the weights come back to the host once per section, after the forward pass (stacked on the
+device first, never copied layer by layer), for the page or the printout.
 """
 
 from __future__ import annotations
@@ -46,16 +50,23 @@ class ChosenModel:
     own: Any = None  # issue 31: an attnkit run's checkpoint (attnkit.train.session.Loaded)
 
 
-def choose(model: str, download: bool = False) -> ChosenModel:
-    """Locate and load ``--model`` (UsageError naming ``--model`` for any problem)."""
+def choose(model: str, download: bool = False, device: Any = None) -> ChosenModel:
+    """Locate and load ``--model`` on ``device`` (a torch.device; None: the CPU); UsageError
+    naming ``--model`` for any problem."""
+    import torch
+
     from attnkit.models.hub_cache import locate_model, model_type
+
+    device = torch.device("cpu") if device is None else device
 
     with option_names(_NAMES):
         located = locate_model(model, download=download)
         from attnkit.cli import own_attentions as own
 
         if own.is_run(located.path):  # attnkit train's run or checkpoint directory
-            return ChosenModel(located.name, None, None, own.load(located.path))
+            loaded = own.load(located.path)
+            loaded.model.to(device)  # built on the run's device already; .to makes it sure
+            return ChosenModel(located.name, None, None, loaded)
         config = located.path / "config.json"
         if not config.exists():
             raise UsageError(
@@ -67,10 +78,12 @@ def choose(model: str, download: bool = False) -> ChosenModel:
             if kind in ("bert", ""):  # no model_type: transformers cannot load it; our BERT may
                 from attnkit.models.bert import BertModel
 
-                return ChosenModel(located.name, BertModel.from_pretrained(located.path), None)
+                bert = BertModel.from_pretrained(located.path).to(device)
+                return ChosenModel(located.name, bert, None)
             from attnkit.integrations.hf_attentions import load_model
 
-            return ChosenModel(located.name, None, load_model(located.path, name=located.name))
+            hf = load_model(located.path, name=located.name, device=device)
+            return ChosenModel(located.name, None, hf)
         except ImportError as e:
             extra = "model" if kind in ("bert", "") else "hf"
             raise UsageError(
@@ -80,7 +93,8 @@ def choose(model: str, download: bool = False) -> ChosenModel:
 
 
 def attentions(chosen: ChosenModel, text: str) -> Any:
-    """The model's :class:`~attnkit.integrations.hf_attentions.ModelAttentions` on ``text``."""
+    """The model's :class:`~attnkit.integrations.hf_attentions.ModelAttentions` on ``text``,
+    computed on the model's device; the weights are host tensors."""
     from attnkit.integrations.hf_attentions import (
         AttentionSection,
         ModelAttentions,
@@ -105,10 +119,12 @@ def attentions(chosen: ChosenModel, text: str) -> Any:
     import torch
 
     model = chosen.native
+    device = next(model.parameters()).device
     batch = model.tokenize([text])
+    inputs = (batch.input_ids, batch.attention_mask, batch.token_type_ids)
     with torch.inference_mode():
-        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, True)
-    weights = torch.stack([a[0] for a in out.attentions]).float()  # (N, H, L, L)
+        out = model(*(t.to(device) for t in inputs), True)
+        weights = torch.stack([a[0] for a in out.attentions]).float().cpu()  # (N, H, L, L)
     tokens = list(batch.tokens[0])
     encoding = model.tokenizer.encode(text)
     offsets = [tuple(o) for o in encoding.offsets][: len(tokens)]

@@ -7,6 +7,9 @@ A language model gives one section, its causal self-attention on the text's toke
 its training window). An encoder-decoder translates the text (greedy), then gives three
 sections, as ``attnkit translate --view`` computes them: the encoder's self-attention, the
 decoder's self-attention and the cross-attention, row t labelled with the token step t produced.
+
+The model runs where it is (the run's ``--device``), its token ids beside it; the weights come
+back to the host once per section (stacked on the device first).
 """
 
 from __future__ import annotations
@@ -49,14 +52,16 @@ def _shown(tok: Any, ids: list[int]) -> list[str]:
 
 
 def lm_sections(loaded: Any, ids: list[int]) -> tuple[Any, list[str]]:
-    """(the one self-attention section of the language model on ``ids``, its tokens)."""
+    """(the one self-attention section of the language model on ``ids``, its tokens); the
+    model runs on its device, the section's weights are on the host."""
     import torch
 
     from attnkit.integrations.hf_attentions import AttentionSection
     from attnkit.viz.weights import lm_attentions
 
     tokens = _shown(loaded.tokenizer, ids)
-    weights = lm_attentions(loaded.model, torch.tensor([ids]))
+    device = next(loaded.model.parameters()).device
+    weights = lm_attentions(loaded.model, torch.tensor([ids], device=device)).cpu()
     note = "rows: each token; columns: the tokens it attends to (itself and those before: causal)"
     return AttentionSection("self-attention", weights, tokens, tokens, note), tokens
 
@@ -86,15 +91,17 @@ def own_attentions(loaded: Any, name: str, text: str) -> Any:
 
     output = translate(loaded.model, tok, [text])[0]
     src, tgt = seq2seq_example(tok, text, output)
-    att = seq2seq_attentions(loaded.model, torch.tensor([src]), torch.tensor([tgt[:-1]]))
+    device = next(loaded.model.parameters()).device
+    src_ids, tgt_ids = (torch.tensor([x], device=device) for x in (src, tgt[:-1]))
+    att = seq2seq_attentions(loaded.model, src_ids, tgt_ids)
     src_tokens, reads, produced = _shown(tok, src), _shown(tok, tgt[:-1]), _shown(tok, tgt[1:])
     sections = (
-        AttentionSection("encoder self-attention", att.encoder, src_tokens, src_tokens,
+        AttentionSection("encoder self-attention", att.encoder.cpu(), src_tokens, src_tokens,
                          "rows and columns: the text's tokens (then [EOS])"),
-        AttentionSection("decoder self-attention", att.decoder, reads, reads,
+        AttentionSection("decoder self-attention", att.decoder.cpu(), reads, reads,
                          "rows and columns: the tokens the decoder reads at each step ([BOS], "
                          "then its own output so far); causal"),
-        AttentionSection("cross-attention", att.cross, produced, src_tokens,
+        AttentionSection("cross-attention", att.cross.cpu(), produced, src_tokens,
                          "row t: the decoder step that produced output token t (shown on the "
                          "left); columns: the text's tokens"),
     )  # fmt: skip

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line, utf8_text
+from attnkit.cli.common import UsageError, add_device, on_device, one_line, utf8_text
 from attnkit.cli.model_attentions import add_download_option
 
 NAME = "view"
@@ -33,6 +33,9 @@ such as BART, T5 or Marian), or a model name already in the local Hugging Face c
 downloaded unless you add --download. An encoder-decoder gets three tabs: the encoder's
 self-attention on the text, the decoder's self-attention on the output it generates (greedy),
 and the cross-attention, whose row t is the step that produced output token t.
+
+--device cuda (or cuda:N, mps) runs the model there, attnkit's own runs included; the weights
+come back to the CPU once the model has run, to be written into the page.
 """
 
 EPILOG = """\
@@ -42,6 +45,7 @@ examples:
   attnkit view "The cat sat on the mat" --model path/to/gpt2-dir -o gpt2.html
   attnkit view "translate English to French: I am cold." --model google-t5/t5-small -o t5.html
   attnkit view "the cat sat on the mat" --layers 4-5 --heads 0,3,7 -o subset.html
+  attnkit view "The cat sat on the mat" --model path/to/run --device cuda -o run.html
 """
 
 
@@ -64,6 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "cache, or 'default' for all-MiniLM-L6-v2 (default)",
     )
     add_download_option(p)
+    add_device(p)
     p.add_argument(
         "-o", "--output", type=Path, metavar="FILE.html", required=True, help="the HTML file"
     )
@@ -137,8 +142,11 @@ def run(ns: argparse.Namespace) -> int:
             index_list(option, value, _ANY)
     from attnkit.cli import model_attentions as ma
 
-    chosen = ma.choose(ns.model, ns.download)
-    result = ma.attentions(chosen, text)
+    with on_device(ns.device):  # --device checked before the model is loaded
+        from attnkit.train.device import current
+
+        chosen = ma.choose(ns.model, ns.download, current())
+        result = ma.attentions(chosen, text)  # the weights: host tensors, for the page
     if result.truncated_to is not None:
         print(
             f"note: the model reads at most {result.truncated_to} tokens; the text was cut to "

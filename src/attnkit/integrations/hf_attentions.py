@@ -13,6 +13,9 @@ produces from it (greedy decoding, no sampling) the decoder's self-attention and
 cross-attention. Cross-attention row ``t`` is the decoder step that *produced* output token
 ``t``, and is labelled with that token; its keys are the text's tokens.
 
+The model runs where :func:`load_model` put it (``device=``), its inputs beside it; the
+weights come back to the host once per section, stacked on the device first.
+
 Weights are the model's own softmax rows (``output_attentions=True``, float32): for the models
 above, the same as ``attn_implementation="eager"`` to float32 rounding. Only safetensors weights
 are read (never pickle), remote code is never run, and nothing is downloaded.
@@ -37,8 +40,9 @@ _MAX_OUTPUT = 64  # longest generated output of an encoder-decoder (tokens)
 
 @dataclass(frozen=True)
 class AttentionSection:
-    """One kind of attention: ``weights`` (N, H, Lq, Lk) float32, the query tokens (Lq) and
-    key tokens (Lk) as shown, and ``note``, what the rows and columns are (plain words)."""
+    """One kind of attention: ``weights`` (N, H, Lq, Lk) float32 on the CPU, the query
+    tokens (Lq) and key tokens (Lk) as shown, and ``note``, what the rows and columns are
+    (plain words)."""
 
     title: str
     weights: torch.Tensor
@@ -83,13 +87,17 @@ def _quiet_transformers() -> Any:
     return transformers
 
 
-def load_model(path: str | Path, *, name: str | None = None) -> LoadedModel:
+def load_model(
+    path: str | Path, *, name: str | None = None, device: str | torch.device | None = None
+) -> LoadedModel:
     """Load the model and tokenizer in directory ``path`` with attnkit's attention.
 
     Args:
         path: a directory saved by ``save_pretrained`` (config.json, ``*.safetensors``, and a
             tokenizer).
         name: the display name (default: the directory's name).
+        device: where the model runs (default: the CPU). It is read on the CPU, then moved,
+            so a GPU default device (``with torch.device("cuda")``) needs no accelerate.
 
     Raises:
         FileNotFoundError: no config.json, no safetensors weights (pickled ``.bin`` weights are
@@ -126,13 +134,16 @@ def load_model(path: str | Path, *, name: str | None = None) -> LoadedModel:
             f"model: {str(path)!r}: no usable tokenizer ({' '.join(str(e).split())[:200]})"
         ) from None
     _check_weights_fit(auto, config, path)
-    model = auto.from_pretrained(
-        path,
-        attn_implementation=impl,
-        dtype=torch.float32,
-        use_safetensors=True,
-        trust_remote_code=False,
-    ).eval()
+    with torch.device("cpu"):  # under a GPU default device, transformers wants accelerate
+        model = auto.from_pretrained(
+            path,
+            attn_implementation=impl,
+            dtype=torch.float32,
+            use_safetensors=True,
+            trust_remote_code=False,
+        ).eval()
+    if device is not None:
+        model.to(device)
     if kind == "encoder" and _is_causal_lm(tf, config):
         kind = "decoder"
     return LoadedModel(model, tokenizer, name or path.resolve().name, kind)
@@ -186,8 +197,9 @@ def _show(tokenizer: Any, ids: list[int]) -> list[str]:
 
 
 def _stack(attentions: Any) -> torch.Tensor:
-    """transformers' per-layer (1, H, Lq, Lk) weights -> (N, H, Lq, Lk) float32."""
-    return torch.stack([a[0] for a in attentions]).float()
+    """transformers' per-layer (1, H, Lq, Lk) weights -> (N, H, Lq, Lk) float32 on the host:
+    stacked where the model ran, then one copy."""
+    return torch.stack([a[0] for a in attentions]).float().cpu()
 
 
 def model_attentions(
@@ -227,7 +239,8 @@ def model_attentions(
         offsets = [(int(a), int(b)) for a, b in enc["offset_mapping"][0].tolist()]
     else:
         offsets = [(0, 0)] * len(ids)
-    inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+    device = next(model.parameters()).device  # the inputs go where the model is
+    inputs = {k: enc[k].to(device) for k in ("input_ids", "attention_mask")}
     truncated = limit if len(full) > limit else None
     if loaded.kind != "encoder-decoder":
         with torch.no_grad():
@@ -254,7 +267,7 @@ def _seq2seq_sections(
             **inputs, max_new_tokens=max_output_tokens, do_sample=False, num_beams=1
         )  # (1, 1 + T): the decoder's start token, then the T produced tokens
         out = model(**inputs, decoder_input_ids=seq[:, :-1], output_attentions=True)
-    steps = seq[0].tolist()
+    steps = seq[0].cpu().tolist()
     inputs_shown = _show(tok, steps[:-1])  # what the decoder reads at each step
     produced = _show(tok, steps[1:])  # what each step produced
     return (
