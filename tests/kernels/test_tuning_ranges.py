@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from attnkit.kernels import dispatch
 from attnkit.kernels import tuning_ranges as R
 from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.decode import backend as decode_backend
@@ -69,7 +70,7 @@ def test_the_decode_backend_follows_the_ranges_in_use(monkeypatch, lk, want):
     ranges = ((bound, R.SPLIT_K), (R.TOP, R.TORCH))
     call = AttentionCall.dot(q, k, v, None, 0.125, 0.0, False)
     with use(dataclasses.replace(current(), decode_split_k_ranges=ranges)):
-        out, _ = decode_backend.DecodeBackend().run(call)
+        out, _ = dispatch.run(call, decode_backend.DecodeBackend())  # the redo: on dense
     assert seen == [want]
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.125)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
