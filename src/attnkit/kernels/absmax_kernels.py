@@ -39,39 +39,36 @@ __all__ = [
 def absmax_bits16(address: int, width: int, rows: int, stride: int) -> int:
     """max of (bits & 0x7FFF) over ``rows`` runs of ``width`` int16 words at ``address``, run
     ``r`` at element ``r * stride`` (float16/bfloat16)."""
-    a = carray(pointer_i16(address), (rows - 1) * stride + width)
     low = np.int16(0x7FFF)
     m = np.int16(0)
-    for r in range(rows):
-        o = r * stride
+    for r in range(rows):  # one run at a time: indices from 0, so the loop vectorises
+        a = carray(pointer_i16(address + r * stride * 2), width)
         for i in range(width):
-            m = np.int16(max(m, np.int16(a[o + i] & low)))
+            m = np.int16(max(m, np.int16(a[i] & low)))
     return m
 
 
 @njit(cache=True, nogil=True)
 def absmax_bits32(address: int, width: int, rows: int, stride: int) -> int:
     """:func:`absmax_bits16` for int32 words (float32): max of (bits & 0x7FFFFFFF)."""
-    a = carray(pointer_i32(address), (rows - 1) * stride + width)
     low = np.int32(0x7FFFFFFF)
     m = np.int32(0)
-    for r in range(rows):
-        o = r * stride
+    for r in range(rows):  # one run at a time: indices from 0, so the loop vectorises
+        a = carray(pointer_i32(address + r * stride * 4), width)
         for i in range(width):
-            m = np.int32(max(m, np.int32(a[o + i] & low)))
+            m = np.int32(max(m, np.int32(a[i] & low)))
     return m
 
 
 @njit(cache=True, nogil=True)
 def absmax_bits64(address: int, width: int, rows: int, stride: int) -> int:
     """:func:`absmax_bits16` for int64 words (float64): max of (bits & 0x7FFF...F)."""
-    a = carray(pointer_i64(address), (rows - 1) * stride + width)
     low = np.int64(0x7FFFFFFFFFFFFFFF)
     m = np.int64(0)
-    for r in range(rows):
-        o = r * stride
+    for r in range(rows):  # one run at a time: indices from 0, so the loop vectorises
+        a = carray(pointer_i64(address + r * stride * 8), width)
         for i in range(width):
-            m = np.int64(max(m, np.int64(a[o + i] & low)))
+            m = np.int64(max(m, np.int64(a[i] & low)))
     return m
 
 
