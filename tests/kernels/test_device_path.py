@@ -117,17 +117,63 @@ def test_rows_without_keys_give_zero_not_nan_without_a_sync():
 @pytest.mark.parametrize("where", ["q", "k", "v"])
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_non_finite_inputs_make_the_output_nan_on_the_device_path(where, bad):
-    """The device path's P6 (conventions guide): a NaN or inf anywhere in q, k or v gives a NaN
-    output (every row), without reading a value back; the host path sets only the rows that
-    read it."""
+    """The device path's P6 (conventions guide), without reading a value back: a NaN or inf in
+    a q row makes that row NaN; one anywhere in k or v makes every row of its batch element and
+    head NaN (even rows whose mask excludes the key); the other heads are untouched. The host
+    path sets only the rows that read it."""
     q, k, v = _qkv((1, 2), 4, 6)
     t = {"q": q, "k": k, "v": v}[where]
     t[0, 0, 1, 0] = bad
     with numerics.use_path("device"), NoHostSync():
         out = F.scaled_dot_product_attention(q, k, v, M.causal(), backend="dense")
-    assert torch.isnan(out).all()
+    want = torch.zeros(1, 2, 4, dtype=torch.bool)
+    if where == "q":
+        want[0, 0, 1] = True
+    else:
+        want[0, 0] = True
+    assert torch.equal(torch.isnan(out).any(-1), want)
+    assert torch.equal(torch.isnan(out).all(-1), want)
+    causal = M.causal().materialize(4, 6).numpy()
+    ref1 = R.scaled_dot_product(*(x[0, 1].double().numpy() for x in (q, k, v)), causal).output
+    np.testing.assert_allclose(out[0, 1].numpy(), ref1, atol=2e-6, rtol=1e-5)
     host = F.scaled_dot_product_attention(q, k, v, M.causal(), backend="dense")
     assert torch.isnan(host).any() and not torch.isnan(host).all()
+
+
+def test_non_finite_keys_spare_other_batch_elements_and_their_empty_rows():
+    """Batch 1 holds a NaN key; batch 0 has no allowed key at all (key_padding 0): its rows
+    stay 0 (P1), never NaN, and batch 1's rows are NaN; grouped heads map k/v head g to its
+    group of query heads; float64 calls take the same path."""
+    for dtype in (torch.float32, torch.float64):
+        q, k, v = _qkv((2, 4), 3, 5, dtype=dtype)
+        k, v = k[:, :2].clone(), v[:, :2].clone()  # 2 k/v heads for 4 query heads
+        k[1, 1, 2, 0] = math.nan  # batch 1, k/v head 1: query heads 2 and 3
+        mask = M.key_padding([0, 5])
+        with numerics.use_path("device"), NoHostSync():
+            out = F.grouped_query_attention(q, k, v, mask)
+        assert torch.equal(out[0], torch.zeros_like(out[0]))
+        assert torch.isnan(out[1, 2:]).all() and not torch.isnan(out[1, :2]).any()
+        for h in (0, 1):  # query heads 0 and 1 read k/v head 0
+            x = (q[1, h], k[1, 0], v[1, 0])
+            ref = R.scaled_dot_product(*(t.double().numpy() for t in x)).output
+            np.testing.assert_allclose(out[1, h].double().numpy(), ref, atol=2e-6, rtol=1e-5)
+
+
+def test_float64_and_additive_calls_on_the_device_path():
+    """float64 inputs (no narrowing in the device-side checks) for dot-product and additive
+    attention, against the float64 reference, without a host read."""
+    q, k, v = _qkv((2,), 5, 7, dtype=torch.float64)
+    with numerics.use_path("device"), NoHostSync():
+        out = F.scaled_dot_product_attention(q, k, v, M.causal("bottom_right"))
+    m = M.causal("bottom_right").materialize(5, 7).numpy()
+    ref = R.scaled_dot_product(*(t.numpy() for t in (q, k, v)), m).output
+    np.testing.assert_allclose(out.numpy(), ref, atol=1e-12)
+    g = torch.Generator().manual_seed(4)
+    wq, wk, wv = (torch.randn(s, generator=g, dtype=torch.float64) for s in ((6, 8), (6, 8), (6,)))
+    with numerics.use_path("device"), NoHostSync():
+        add = F.additive_attention(q, k, v, wq, wk, wv)
+    ref = R.additive(*(t.numpy() for t in (q, k, v, wq, wk, wv))).output
+    np.testing.assert_allclose(add.numpy(), ref, atol=1e-10)
 
 
 def test_overflow_on_the_device_path_is_nan_not_a_silent_value():

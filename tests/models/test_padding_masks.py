@@ -57,3 +57,16 @@ def test_rows_of_padding_only_and_the_memo_bound():
         P.padding_mask(_ids([n], n), PAD)
     again = P.padding_mask(_ids([1], 3), PAD)
     assert again is not first and torch.equal(again.materialize(2, 3), first.materialize(2, 3))
+
+
+def test_ids_on_an_accelerator_are_not_read_back():
+    """Ids on a GPU (emulated: tests/support/fake_device.py) keep the per-position mask: the
+    lengths would have to be read back to the host, which waits for the device."""
+    from tests.support.fake_device import FakeCuda
+
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 0, 0]])
+    with FakeCuda() as fake:
+        gpu_ids = ids.cuda()
+        mask = P.padding_mask(gpu_ids, 0)
+    assert not [r for r in fake.syncs if "padding_masks.py" in r.where], fake.syncs
+    assert torch.equal(mask.materialize(4, 4), (ids != 0)[:, None, :].expand(2, 4, 4))

@@ -284,13 +284,26 @@ def nonfinite_rows(call: AttentionCall) -> Tensor:
 
 def device_bad_rows(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> Tensor:
     """Bool (..., Lq, 1), on the device, without a host sync: the output rows that are not
-    finite (an overflow, or a NaN/inf the kernel passed on), or every row when q, k or v holds
-    a NaN or +-inf anywhere (one max|x| reduction per tensor, in float32; inputs whose max|x|
-    sum reaches float32's range count as non-finite)."""
-    flag = sum(
-        torch.linalg.vector_norm(t.detach(), math.inf, dtype=torch.float32) for t in (q, k, v)
-    )
-    return ~(torch.isfinite(out).all(-1, keepdim=True) & torch.isfinite(flag))
+    finite (an overflow, or a NaN/inf the kernel passed on), the rows whose q row holds a NaN or
+    +-inf, and every row of a batch element and head whose k or v holds one anywhere (one
+    max|x| reduction per (batch, head) of k and v, in their own dtype; a grouped call's k/v
+    head covers its group of query heads). Other batch elements and heads keep their rows, so a
+    row with no allowed key stays 0 there (P1)."""
+    q_bad = ~torch.isfinite(q.detach()).all(-1, keepdim=True)  # (..., Lq, 1)
+    kv_ok = torch.isfinite(
+        torch.linalg.vector_norm(k.detach(), math.inf, dim=(-2, -1), keepdim=True)
+    ) & torch.isfinite(torch.linalg.vector_norm(v.detach(), math.inf, dim=(-2, -1), keepdim=True))
+    if q.dim() >= 3 and kv_ok.dim() >= 3 and kv_ok.shape[-3] not in (1, q.shape[-3]):
+        kv_ok = kv_ok.repeat_interleave(q.shape[-3] // kv_ok.shape[-3], dim=-3)  # grouped heads
+    return ~torch.isfinite(out).all(-1, keepdim=True) | q_bad | ~kv_ok
+
+
+def device_all_finite(*tensors: Tensor) -> Tensor:
+    """0-dim bool on the device, without a host sync: every entry of ``tensors`` is finite (one
+    max|x| reduction per tensor, in its own dtype); for parameters such as additive
+    attention's weights, which every row reads."""
+    flags = [torch.isfinite(torch.linalg.vector_norm(t.detach(), math.inf)) for t in tensors]
+    return torch.stack(flags).all()
 
 
 def prepare(

@@ -28,7 +28,10 @@ _MASKS = LRUCache("padding masks of token batches", maxsize=MEMO_SIZE)
 
 
 def _lengths(ids: Tensor, pad_id: int) -> tuple[int, ...] | None:
-    """The valid lengths of ids (B, L) when every row is tokens then only padding, else None."""
+    """The valid lengths of ids (B, L) when every row is tokens then only padding, else None
+    (also for ids on an accelerator: reading the lengths back would wait for the device)."""
+    if ids.device.type != "cpu":
+        return None
     pad = ids == pad_id
     lengths = (~pad).sum(1)
     suffix = torch.arange(ids.shape[1], device=ids.device)[None, :] >= lengths[:, None]

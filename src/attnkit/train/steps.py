@@ -130,13 +130,14 @@ def optimizer_step(
     """
     opt.zero_grad(set_to_none=True)
     loss_total, ntok = None, 0
+    wide = torch.float32 if current().type == "mps" else torch.float64
     for k, ids in enumerate(micro):
         batch = [data.examples[i] for i in ids]
         with d.sync(model, last=k == len(micro) - 1):
             with autocast(current(), c.bf16, c.fp16):
                 loss, n = loss_sum(model, data.kind, batch, c.label_smoothing, data.pack)
             (loss if scaler is None else scaler.scale(loss)).backward()
-        part = loss.detach().double()
+        part = loss.detach().to(wide)  # float64 where the device has it (not MPS)
         loss_total, ntok = part if loss_total is None else loss_total + part, ntok + n
     count, stops = d.all_sum([ntok, float(time_up())])
     if scaler is not None:  # fp16: gradients back to their true scale (inf/NaN noted)

@@ -209,3 +209,19 @@ def test_a_float64_decision_goes_to_math_with_its_reason():
         (q * big).double(), k.double(), v.double(), spec, None, 0.25, None, None
     )
     check_close(out.double().numpy(), o64.numpy(), torch.float32, "float64 fallback output")
+
+
+def test_auto_on_cuda_leaves_bottom_right_causal_to_sdpa():
+    """Cached decoding and chunked prefill (bottom-right causal, Lq <= Lk) go to dense, which
+    takes them as SDPA's causal_lower_right without a mask; a window goes to flex. Emulated GPU
+    (tests/support/fake_device.py): the tensors answer ``cuda``."""
+    from tests.support.fake_device import FakeCuda
+
+    q, k, v = _qkv(shape=(1, 8, 1, 64), kv_len=300)
+    with FakeCuda():
+        qc, kc, vc = q.cuda(), k.cuda(), v.cuda()
+        assert qc.device.type == "cuda"
+        step = F.explain_dispatch(qc, kc, vc, M.causal("bottom_right"))
+        window = F.explain_dispatch(qc, kc, vc, M.causal("bottom_right") & M.sliding_window(64, 0))
+    assert step.chosen == "dense", step
+    assert window.chosen == "flex", window

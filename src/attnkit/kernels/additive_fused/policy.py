@@ -181,7 +181,7 @@ def finish(
     weights = None if weights is None else weights.to(call.dtype)
     if d.checked == "device":
         bad = numerics.device_bad_rows(call.q, call.k, call.v, out)
-        bad = bad | numerics.device_bad_rows(call.w_q, call.w_k, call.w_v, out)
+        bad = bad | ~numerics.device_all_finite(call.w_q, call.w_k, call.w_v)
     elif not d.finite:
         bad = nonfinite_rows(call)
         if not all(bool(torch.isfinite(t).all()) for t in (call.w_q, call.w_k, call.w_v)):

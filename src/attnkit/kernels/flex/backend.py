@@ -20,6 +20,7 @@ from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
 from attnkit.kernels.call_state import MemoKey, NumericsDecision
+from attnkit.kernels.dense import causal_alignment
 from attnkit.kernels.flex.block_mask import BLOCK_SIZE
 from attnkit.kernels.flex.engine import (
     FamilyKey,
@@ -100,6 +101,9 @@ class FlexBackend(Backend):
             return ["on a CPU the CPU backends are faster (force with backend='flex')"]
         if call.mask is None or call.mask.is_plain_causal:
             return ["no mask or the plain causal mask: SDPA's fused kernels are faster"]
+        if call.q_len <= call.kv_len and causal_alignment(call.mask) == "bottom_right":
+            return ["bottom-right causal (cached decoding, chunked prefill): SDPA's fused "
+                    "kernels take it without a mask (causal_lower_right)"]  # fmt: skip
         return []
 
     def family(self, call: AttentionCall) -> FamilyKey:
@@ -138,7 +142,9 @@ class FlexBackend(Backend):
     def run(self, call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
         compiled = self.is_compiled(call)
         family = self.family(call) if compiled else None
-        q, k, v = (t.to(decision.compute) for t in (call.q, call.k, call.v))
-        sinks = None if call.sinks is None else call.sinks.to(decision.compute)
-        out = attend(q, k, v, self.plan(call), call.scale, sinks, compiled, family)
+        # float16/bfloat16 run as they are: Flex accumulates them in float32 itself (the P4
+        # compute dtype); a float64 decision never reaches here (decision_reasons)
+        out = attend(
+            call.q, call.k, call.v, self.plan(call), call.scale, call.sinks, compiled, family
+        )
         return out, None
