@@ -150,7 +150,7 @@ def test_non_finite_keys_spare_other_batch_elements_and_their_empty_rows():
         k[1, 1, 2, 0] = math.nan  # batch 1, k/v head 1: query heads 2 and 3
         mask = M.key_padding([0, 5])
         with numerics.use_path("device"), NoHostSync():
-            out = F.grouped_query_attention(q, k, v, mask)
+            out = F.grouped_query_attention(q, k, v, mask, backend="dense")
         assert torch.equal(out[0], torch.zeros_like(out[0]))
         assert torch.isnan(out[1, 2:]).all() and not torch.isnan(out[1, :2]).any()
         for h in (0, 1):  # query heads 0 and 1 read k/v head 0
@@ -164,14 +164,14 @@ def test_float64_and_additive_calls_on_the_device_path():
     attention, against the float64 reference, without a host read."""
     q, k, v = _qkv((2,), 5, 7, dtype=torch.float64)
     with numerics.use_path("device"), NoHostSync():
-        out = F.scaled_dot_product_attention(q, k, v, M.causal("bottom_right"))
+        out = F.scaled_dot_product_attention(q, k, v, M.causal("bottom_right"), backend="dense")
     m = M.causal("bottom_right").materialize(5, 7).numpy()
     ref = R.scaled_dot_product(*(t.numpy() for t in (q, k, v)), m).output
     np.testing.assert_allclose(out.numpy(), ref, atol=1e-12)
     g = torch.Generator().manual_seed(4)
     wq, wk, wv = (torch.randn(s, generator=g, dtype=torch.float64) for s in ((6, 8), (6, 8), (6,)))
     with numerics.use_path("device"), NoHostSync():
-        add = F.additive_attention(q, k, v, wq, wk, wv)
+        add = F.additive_attention(q, k, v, wq, wk, wv, backend="additive_chunked")
     ref = R.additive(*(t.numpy() for t in (q, k, v, wq, wk, wv))).output
     np.testing.assert_allclose(add.numpy(), ref, atol=1e-10)
 

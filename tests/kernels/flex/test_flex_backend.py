@@ -60,10 +60,11 @@ def test_auto_would_choose_it_on_cuda_for_structured_masks_only():
     """speed_reasons on a stand-in for a CUDA call (no GPU needed: only the device is read)."""
     b = FlexBackend()
     cuda_q = types.SimpleNamespace(device=torch.device("cuda"))
-    window = types.SimpleNamespace(q=cuda_q, mask=M.sliding_window(3) & M.causal())
+    lens = dict(q_len=5, kv_len=9)
+    window = types.SimpleNamespace(q=cuda_q, mask=M.sliding_window(3) & M.causal(), **lens)
     assert b.speed_reasons(window) == []
-    for mask in (None, M.causal()):
-        why = b.speed_reasons(types.SimpleNamespace(q=cuda_q, mask=mask))
+    for mask in (None, M.causal(), M.causal("bottom_right")):
+        why = b.speed_reasons(types.SimpleNamespace(q=cuda_q, mask=mask, **lens))
         assert why and "SDPA" in why[0]
 
 
