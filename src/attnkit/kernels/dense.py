@@ -52,6 +52,18 @@ def causal_alignment(mask: object) -> str | None:
     return band.alignment
 
 
+def sdpa_causal(call: AttentionCall) -> str | None:
+    """How SDPA takes the call's mask without a materialised one: ``"top_left"``
+    (``is_causal=True``), ``"bottom_right"`` (``causal_lower_right``, Lq <= Lk: cached decoding,
+    chunked prefill), else None. The one test of it, for dense and for the backends that step
+    aside for it."""
+    if is_plain_causal(call.mask):
+        return "top_left"
+    if call.q_len <= call.kv_len and causal_alignment(call.mask) == "bottom_right":
+        return "bottom_right"
+    return None
+
+
 def compact(t: Tensor) -> Tensor:
     """``t`` with every expanded dim but the last (stride 0, e.g. a key padding mask's query
     dim) narrowed to size 1: the same entries, broadcastable to ``t``'s shape, without repeats."""
@@ -90,9 +102,10 @@ def attend(call: AttentionCall, d: NumericsDecision) -> tuple[Tensor, None]:
         kw["enable_gqa"] = True
     if call.mask is None:
         return F.scaled_dot_product_attention(q, k, v, **kw), None
-    if is_plain_causal(call.mask):
+    how = sdpa_causal(call)
+    if how == "top_left":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw), None
-    if call.q_len <= call.kv_len and causal_alignment(call.mask) == "bottom_right":
+    if how == "bottom_right":
         bias = causal_lower_right(call.q_len, call.kv_len)  # every row has a key (P1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **kw), None
     allowed, bias = call.dense_mask(torch.promote_types(compute, q.dtype))
@@ -113,9 +126,7 @@ def _mask_size_reasons(call: AttentionCall) -> list[str]:
     """Why the call's mask is too large to materialise, if it is (none for the causal masks
     SDPA takes without a materialised mask)."""
     mask = call.mask
-    if mask is None or is_plain_causal(mask):
-        return []
-    if call.q_len <= call.kv_len and causal_alignment(mask) == "bottom_right":
+    if mask is None or sdpa_causal(call) is not None:
         return []
     n = math.prod(mask.batch_shape) * call.q_len * call.kv_len
     if n > DENSE_MASK_LIMIT:

@@ -167,16 +167,14 @@ def select(call: AttentionCall, backend: str = "auto") -> Backend:
 def _accepting(
     b: Backend, call: AttentionCall, d: NumericsDecision
 ) -> tuple[Backend, AttentionCall]:
-    """The first of ``b`` and its fallbacks that runs ``call`` under ``d`` (k and v repeated to
-    q's heads for a fallback without ``supports_gqa``)."""
-    if not b.decision_reasons(call, d):
-        return b, call  # the common case: the chosen backend accepts the decision
-    for _ in range(len(BACKENDS)):
+    """The first of ``b`` and its fallbacks that runs ``call`` under ``d``, with the call it runs
+    (k and v repeated to q's heads for a backend without ``supports_gqa``)."""
+    for _ in range(len(BACKENDS) + 1):
+        if not b.decision_reasons(call, d):  # the common case: at once, the call itself
+            return b, (call if b.supports_gqa else ungrouped(call))
         if b.fallback is None:
             break
         b = BACKENDS[b.fallback]
-        if not b.decision_reasons(call, d):
-            return b, (call if b.supports_gqa else ungrouped(call))
     raise RuntimeError(f"backend: no fallback accepts the policy's decision {d}")
 
 
@@ -190,7 +188,7 @@ def run(call: AttentionCall, backend: Backend) -> tuple[Tensor, Tensor | None]:
     if res is None:  # the kernel's own check failed: redo the call under the scanned policy
         work, d = policy.prepare(call)
         b, work = _accepting(BACKENDS[b.fallback or "math"], work, d)
-        res = b.run(work if b.supports_gqa else ungrouped(work), d)
+        res = b.run(work, d)
         if res is None:
             raise RuntimeError(f"backend: {b.name} handed back a call of a scanned decision")
     return policy.finish(call, d, *res)

@@ -15,7 +15,7 @@ P5 when ``max|q| * max|k| * d * scale + max|bias| >= finfo(compute).max / 16`` t
 P6 NaN or +-inf in q, k or v at a position a row attends to makes that whole output row NaN;
    a float mask (bias) holding NaN or +inf is refused with a ValueError naming ``mask`` (the
    input scan sees it at no extra cost; -inf is "not allowed", P2). The kernels never see
-   non-finite keys or values: :func:`run_dot` replaces them by 0 before computing and then
+   non-finite keys or values: :func:`prepare` replaces them by 0 before computing and :func:`finish`
    sets the affected rows to NaN, so rows that do not attend to them are exact. Gradients of
    calls with non-finite inputs are unspecified.
 
@@ -345,13 +345,3 @@ def finish(
     out = torch.where(bad, math.nan, out)
     weights = None if weights is None else torch.where(bad, math.nan, weights)
     return out, weights
-
-
-Impl = Callable[[AttentionCall, NumericsDecision], tuple[Tensor, Tensor | None]]
-
-
-def run_dot(call: AttentionCall, impl: Impl) -> tuple[Tensor, Tensor | None]:
-    """``impl(call, decision)`` between :func:`prepare` and :func:`finish`: the policy stage
-    around one implementation, for code that runs a kernel without dispatch (tests, tools)."""
-    work, d = prepare(call)
-    return finish(call, d, *impl(work, d))

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
 from attnkit.kernels.call_state import MemoKey, NumericsDecision
-from attnkit.kernels.dense import causal_alignment
+from attnkit.kernels.dense import sdpa_causal
 from attnkit.kernels.flex.block_mask import BLOCK_SIZE
 from attnkit.kernels.flex.engine import (
     FamilyKey,
@@ -99,11 +99,12 @@ class FlexBackend(Backend):
     def speed_reasons(self, call: AttentionCall) -> list[str]:
         if call.q.device.type != "cuda":
             return ["on a CPU the CPU backends are faster (force with backend='flex')"]
-        if call.mask is None or call.mask.is_plain_causal:
-            return ["no mask or the plain causal mask: SDPA's fused kernels are faster"]
-        if call.q_len <= call.kv_len and causal_alignment(call.mask) == "bottom_right":
-            return ["bottom-right causal (cached decoding, chunked prefill): SDPA's fused "
-                    "kernels take it without a mask (causal_lower_right)"]  # fmt: skip
+        if call.mask is None or sdpa_causal(call) is not None:
+            return [
+                "no mask, or a causal mask SDPA takes without materialising it (top-left; "
+                "bottom-right with Lq <= Lk: cached decoding, chunked prefill): SDPA's fused "
+                "kernels are faster"
+            ]
         return []
 
     def family(self, call: AttentionCall) -> FamilyKey:
