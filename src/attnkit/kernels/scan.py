@@ -99,20 +99,10 @@ def absmax_torch(t: Tensor) -> float:
 
 def dense_span(t: Tensor) -> int | None:
     """The number of elements of the dense memory block, starting at ``t.data_ptr()``, that
-    holds exactly ``t``'s distinct entries; None when there is none (gaps between entries).
-
-    Dims of size 1 or stride 0 (expanded) repeat entries and are left out; the others, sorted
-    by stride, must tile memory without gaps: the smallest stride 1, each next one the product
-    of the sizes below it."""
-    if t.is_contiguous():
-        return t.numel()
-    dims = sorted((st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n > 1 and st > 0)
-    span = 1
-    for st, n in dims:
-        if st != span:
-            return None
-        span *= n
-    return span
+    holds exactly ``t``'s distinct entries; None when there is none (gaps between entries):
+    :func:`row_span` when it is a single run."""
+    span = row_span(t)
+    return span.width if span is not None and span.rows == 1 else None
 
 
 @dataclass(frozen=True)
