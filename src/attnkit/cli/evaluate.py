@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
+from attnkit.cli.support.common import UsageError, add_device, on_device, one_line, option_names
 
 NAME = "evaluate"
 EXAMPLES = """\
@@ -98,8 +98,8 @@ def _run(ns: argparse.Namespace) -> int:
         raise UsageError(f"--length-penalty: expected a finite number, got {ns.length_penalty}")
     with option_names({"beam_size": "--beam", "length_penalty": "--length-penalty"}):
         loaded = session.load(ns.ckpt, best=True)
-        if loaded.kind == "lm":  # nats/token, bits/char, perplexity (attnkit.cli.evaluate_lm)
-            from attnkit.cli import evaluate_lm
+        if loaded.kind == "lm":  # nats/token, bits/char, perplexity (cli.support.evaluate_lm)
+            from attnkit.cli.support import evaluate_lm
 
             return evaluate_lm.run(loaded, ns)
         items, source = _examples(loaded, ns)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from attnkit.cli import explain_png
-from attnkit.cli.common import (
+from attnkit.cli.support import explain_png
+from attnkit.cli.support.common import (
     UsageError,
     console,
     int_arg,
@@ -17,7 +17,7 @@ from attnkit.cli.common import (
     print_json,
     utf8_text,
 )
-from attnkit.cli.model_attentions import add_download_option
+from attnkit.cli.support.model_attentions import add_download_option
 from attnkit.explain import catalog  # torch- and numpy-free: --help stays fast
 
 NAME = "explain"
@@ -164,7 +164,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --json: every value (default: wide axes cut to their first 8 entries)",
     )
-    explain_png.add_option(p)  # --png (attnkit.cli.explain_png)
+    explain_png.add_option(p)  # --png (attnkit.cli.support.explain_png)
 
 
 OPTION_NAMES = {
@@ -287,7 +287,7 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
     if sentence is None:
         raise UsageError("--model: give the SENTENCE to run through the model")
     from attnkit.checks import positive_int
-    from attnkit.cli import model_attentions as ma
+    from attnkit.cli.support import model_attentions as ma
     from attnkit.explain import model_attention as mat
     from attnkit.explain import token_attention as tat
     from attnkit.train.device import current

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line
+from attnkit.cli.support.common import UsageError, one_line
 
 NAME = "export"
 EXAMPLES = """\

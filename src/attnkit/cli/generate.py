@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import (
+from attnkit.cli.support.common import (
     UsageError,
     add_device,
     on_device,
@@ -158,7 +158,7 @@ def _run(ns: argparse.Namespace) -> int:
 def _write_view(loaded, ids: list[int], block: int, path: str) -> None:
     """The model's self-attention on the last ``block`` tokens of ``ids`` (prompt and
     generated text) as one HTML file, as ``attnkit translate --view`` writes its page."""
-    from attnkit.cli.own_attentions import lm_sections
+    from attnkit.cli.support.own_attentions import lm_sections
     from attnkit.viz import html
 
     section, tokens = lm_sections(loaded, ids[-block:])

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, add_device, on_device, option_names
+from attnkit.cli.support.common import UsageError, add_device, on_device, option_names
 
 SCHEDULES = ("noam", "cosine", "constant")  # attnkit.train.schedule.SCHEDULES (no torch import)
 

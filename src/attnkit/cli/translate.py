@@ -9,7 +9,7 @@ import math
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import (
+from attnkit.cli.support.common import (
     UsageError,
     add_device,
     on_device,

@@ -2,7 +2,7 @@
 attention weights on a text.
 
 An ``attnkit train`` run or checkpoint directory runs on attnkit's own model
-(:mod:`attnkit.cli.own_attentions`). ``default``, or a directory whose config says
+(:mod:`attnkit.cli.support.own_attentions`). ``default``, or a directory whose config says
 ``model_type: bert`` (or no model type), runs on attnkit's own BERT
 (:class:`attnkit.models.bert.BertModel`: fast, no transformers needed).
 Any other model (a directory saved by transformers, or a model name in the local Hugging Face
@@ -21,7 +21,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.cli.common import UsageError, option_names
+from attnkit.cli.support.common import UsageError, option_names
 
 __all__ = ["ChosenModel", "add_download_option", "attentions", "choose"]
 
@@ -61,7 +61,7 @@ def choose(model: str, download: bool = False, device: Any = None) -> ChosenMode
 
     with option_names(_NAMES):
         located = locate_model(model, download=download)
-        from attnkit.cli import own_attentions as own
+        from attnkit.cli.support import own_attentions as own
 
         if own.is_run(located.path):  # attnkit train's run or checkpoint directory
             loaded = own.load(located.path)
@@ -102,7 +102,7 @@ def attentions(chosen: ChosenModel, text: str) -> Any:
     )
 
     if chosen.own is not None:
-        from attnkit.cli.own_attentions import own_attentions
+        from attnkit.cli.support.own_attentions import own_attentions
 
         return own_attentions(chosen.own, chosen.name, text)
     if chosen.hf is not None:

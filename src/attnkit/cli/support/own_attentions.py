@@ -34,7 +34,7 @@ def load(path: Path) -> Any:
     """The run's best checkpoint (else its last) as a :class:`~attnkit.train.session.Loaded`."""
     import sys
 
-    from attnkit.cli.common import one_line
+    from attnkit.cli.support.common import one_line
     from attnkit.train import session
 
     loaded = session.load(path, best=True)

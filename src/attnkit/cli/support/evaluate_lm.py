@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from attnkit.cli.common import UsageError
+from attnkit.cli.support.common import UsageError
 
 
 def _char_level(tok) -> bool:
