@@ -28,6 +28,7 @@ from attnkit import reference as R
 from attnkit.kernels import BACKENDS
 from attnkit.kernels import additive_fused as AF
 from attnkit.kernels.base import AttentionCall
+from tests.support.numerics import rel_err
 
 TOL = 1e-5
 ATOL = 1e-6
@@ -70,15 +71,6 @@ def make_inputs(batch, lq, lk, dq, dk, dv, h, seed=0, sharp=1.0):
     return [x.requires_grad_() for x in xs]
 
 
-def rel_err(got: torch.Tensor | np.ndarray, ref: torch.Tensor | np.ndarray) -> float:
-    """norm(got - ref) / norm(ref), with norm(ref) floored at ATOL * sqrt(size) / TOL."""
-    g = got.detach().double().numpy() if isinstance(got, torch.Tensor) else got
-    r = ref.detach().double().numpy() if isinstance(ref, torch.Tensor) else ref
-    assert g.shape == r.shape, (g.shape, r.shape)
-    floor = ATOL * np.sqrt(r.size) / TOL
-    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), floor))
-
-
 def reference_output(xs, mask) -> np.ndarray:
     """float64 reference output; the mask object becomes a NumPy bool array whose batch dims are
     lined up with the leading batch dims of q (singletons inserted after them)."""
@@ -97,7 +89,7 @@ def check(xs, mask=None, grads=True):
     out = F.additive_attention(*xs, mask, backend="additive_fused")
     assert out.dtype == torch.float32
     assert torch.isfinite(out).all()
-    assert rel_err(out, reference_output(xs, mask)) <= TOL
+    assert rel_err(out, reference_output(xs, mask), entry_floor=ATOL / TOL) <= TOL
     if not grads:
         return out
     g_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -106,7 +98,10 @@ def check(xs, mask=None, grads=True):
     ref = torch.autograd.grad(F.additive_attention(*x64, mask, backend="math"), x64, g_out)
     for name, a, b in zip(("q", "k", "v", "w_q", "w_k", "w_v"), got, ref):
         assert torch.isfinite(a).all(), name
-        assert rel_err(a, b) <= TOL, (name, rel_err(a, b))
+        assert rel_err(a, b, entry_floor=ATOL / TOL) <= TOL, (
+            name,
+            rel_err(a, b, entry_floor=ATOL / TOL),
+        )
     return out
 
 

@@ -18,6 +18,7 @@ from attnkit import masks as M
 from attnkit import reference
 from attnkit.kernels import dispatch
 from attnkit.kernels.base import AttentionCall
+from tests.support.numerics import rel_err
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
@@ -58,11 +59,6 @@ def run_blocksparse(q, k, v, mask, block_q, block_kv, scale=None):
     return out
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).norm() / b.norm()) if float(b.norm()) > 0 else float(a.norm())
-
-
 def check(q, k, v, mask, block_q, block_kv, *, grads=True):
     """Output vs the float64 reference; gradients vs the math backend in float64."""
     dtype = q.dtype
@@ -76,7 +72,7 @@ def check(q, k, v, mask, block_q, block_kv, *, grads=True):
         v.detach().double().numpy(),
         mask=ref_mask(mask, q.dim() - 2, lq, lk),
     ).output.copy()
-    err = rel(out, torch.from_numpy(want))
+    err = rel_err(out, torch.from_numpy(want))
     assert err <= TOL[dtype], f"{mask!r} {tuple(q.shape)} {tuple(k.shape)} output rel err {err:.2e}"
     if not grads:
         return
@@ -297,12 +293,12 @@ def test_functional_entry_point_with_forced_backend():
     want = reference.scaled_dot_product(
         *(t.detach().double().numpy() for t in (q, k, v)), mask=ref_mask(mask, 2, lq, lq)
     ).output.copy()
-    assert rel(out, torch.from_numpy(want)) <= 1e-5
+    assert rel_err(out, torch.from_numpy(want)) <= 1e-5
     dense = mask.materialize(lq, lq)  # the same mask as a bool tensor (True = may attend)
     out_t = F.scaled_dot_product_attention(q, k, v, dense, backend="blocksparse")
-    assert rel(out_t, torch.from_numpy(want)) <= 1e-5
+    assert rel_err(out_t, torch.from_numpy(want)) <= 1e-5
     out_u = F.dot_product_attention(q, k, v, mask, backend="blocksparse")
     want_u = reference.dot_product(
         *(t.detach().double().numpy() for t in (q, k, v)), mask=ref_mask(mask, 2, lq, lq)
     ).output.copy()
-    assert rel(out_u, torch.from_numpy(want_u)) <= 1e-5
+    assert rel_err(out_u, torch.from_numpy(want_u)) <= 1e-5
