@@ -12,6 +12,7 @@ from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS, dispatch
 from attnkit.kernels.base import Backend
+from tests.support import masks as S
 from tests.support.numerics import rel_err
 
 TOL = 1e-10
@@ -41,18 +42,19 @@ def test_repeat_kv_heads_is_repeat_interleave(shape):
 
 
 MASKS = {
-    "none": lambda: None,
-    "causal": lambda: M.causal("bottom_right"),
-    "key_padding": lambda: M.key_padding([9, 4]),
-    "per-head tensor": lambda: rand(1, 6, 5, 9, seed=3) > -0.5,
+    "none": S.none(),
+    "causal": S.causal("bottom_right"),
+    "key_padding": S.key_padding([9, 4]),
+    "per-head tensor": S.raw(rand(1, 6, 5, 9, seed=3) > -0.5),
 }
+"""Catalogue masks (tests/support/masks.py) for q (2, 6, 5, d) and k/v (2, g, 9, d)."""
 
 
 @pytest.mark.parametrize("mask_name", list(MASKS))
 @pytest.mark.parametrize("g", [1, 2, 3])
 def test_grouped_query_attention_equals_repeated_heads(mask_name, g):
     """Output, weights and gradients equal attention over explicitly repeated k/v heads."""
-    mask = MASKS[mask_name]()
+    mask = MASKS[mask_name].mask
     q = rand(2, 6, 5, 4, seed=1, grad=True)
     k, v = rand(2, g, 9, 4, seed=2, grad=True), rand(2, g, 9, 3, seed=4, grad=True)
     out, w = F.grouped_query_attention(q, k, v, mask, return_weights=True)

@@ -62,6 +62,16 @@ def test_explain_help_documents_the_options(capsys):
         assert opt in out
 
 
+def test_every_module_of_cli_is_a_verb_and_helpers_live_in_support():
+    """cli/ holds one module per verb (each with NAME, add_parser, run); what verbs share is in
+    cli/support/, never registered as a verb."""
+    here = Path(cli.__file__).parent
+    modules = {p.stem for p in here.glob("*.py")} - {"__init__"}
+    assert modules == set(cli.VERBS), modules ^ set(cli.VERBS)
+    helpers = {p.stem for p in (here / "support").glob("*.py")} - {"__init__"}
+    assert {"common", "options", "errors"} <= helpers and not helpers & set(cli.VERBS)
+
+
 def test_no_verb_prints_help_and_fails(capsys):
     code, out, _ = run(capsys)
     assert code == 2 and "explain" in out
