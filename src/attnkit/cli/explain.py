@@ -88,6 +88,12 @@ WALKTHROUGH = (
 """The walkthrough's sizes and seed (checked by ``attnkit.explain.walkthrough``, whose ranges
 they are: a width in [1, 2048])."""
 
+DEVICE = o.Option("--device", "device", None, dict(o.DEVICE.kwargs, default=None, help="with "
+                  "--model: where the model runs: cpu (default), cuda, cuda:N or mps; an error "
+                  "when this machine has no such device (the walkthrough and the tutorial "
+                  "examples compute in float64 NumPy on the CPU and take no device)"))  # fmt: skip
+"""The shared --device (:data:`attnkit.cli.support.options.DEVICE`), for --model only."""
+
 TOP_K_OPTION = o.Option("--top-k", "top_k", checks.positive_int, o.positive(
     f"with --model: how many most-attended tokens per head (default {TOP_K})"))  # fmt: skip
 """The most-attended tokens shown per head (``--model`` only)."""
@@ -133,13 +139,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "a model name in the local Hugging Face cache, or 'default' for all-MiniLM-L6-v2",
     )
     add_download_option(p)
-    p.add_argument(
-        "--device",
-        metavar="DEVICE",
-        help="with --model: where the model runs: cpu (default), cuda, cuda:N or mps; an error "
-        "when this machine has no such device (the walkthrough and the tutorial examples "
-        "compute in float64 NumPy on the CPU and take no device)",
-    )
+    o.add(p, DEVICE)
     o.add(p, TOP_K_OPTION)
     p.add_argument(
         "--skip-special",
@@ -158,13 +158,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 OPTION_NAMES = o.names(
     *WALKTHROUGH,
     TOP_K_OPTION,
+    DEVICE,
     sentence="SENTENCE",
     text="SENTENCE",
     word="--word",
     example="--example",
     model="--model",
     path="--model",
-    device="--device",
 )
 """Library argument names -> this verb's options, for error messages (the library checks)."""
 
