@@ -31,6 +31,7 @@ from attnkit.kernels import additive_fused as AF
 from attnkit.kernels.additive_fused.policy import input_stats
 from attnkit.kernels.base import AttentionCall
 from tests.support import grads as G
+from tests.support.numerics import rel_err
 
 TOL = 1e-5
 FUSED = BACKENDS["additive_fused"]
@@ -42,12 +43,6 @@ BACKEND_NAMES = [
     "math",
 ]
 BIG = float(torch.finfo(torch.float32).max)
-
-
-def rel(got, ref) -> float:
-    g = got.detach().double().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
-    r = np.asarray(ref, np.float64)
-    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-30))
 
 
 def make(lq=9, lk=11, h=6, seed=0, batch=(2,)):
@@ -88,11 +83,11 @@ def test_hugely_negative_scores_are_not_masked(backend):
     assert (ref.scores < -1e30).all()
     out, x32 = run(xs, backend, grad=True)
     assert torch.isfinite(out).all()
-    assert rel(out, ref.output) <= TOL
+    assert rel_err(out, ref.output) <= TOL
     d_out = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     out.backward(d_out.float())
     want = G.additive(ref, *(x.numpy() for x in xs[3:]), d_out.numpy())
-    assert rel(x32[2].grad, want["v"]) <= TOL
+    assert rel_err(x32[2].grad, want["v"]) <= TOL
     for x in x32:
         assert torch.isfinite(x.grad).all()
 
@@ -107,11 +102,11 @@ def test_extreme_score_scales(backend, scale):
     mask = M.causal()
     ref = reference(xs, mask)
     out, x32 = run(xs, backend, mask, grad=True)
-    assert torch.isfinite(out).all() and rel(out, ref.output) <= TOL
+    assert torch.isfinite(out).all() and rel_err(out, ref.output) <= TOL
     d_out = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     out.backward(d_out.float())
     want = G.additive(ref, *(x.numpy() for x in xs[3:]), d_out.numpy())
-    assert rel(x32[2].grad, want["v"]) <= TOL
+    assert rel_err(x32[2].grad, want["v"]) <= TOL
 
 
 @pytest.mark.parametrize("backend", BACKEND_NAMES)
@@ -121,7 +116,7 @@ def test_huge_inputs_saturate_tanh(backend):
     xs[0] = xs[0] * 1e30
     ref = reference(xs)
     out, _ = run(xs, backend)
-    assert torch.isfinite(out).all() and rel(out, ref.output) <= TOL
+    assert torch.isfinite(out).all() and rel_err(out, ref.output) <= TOL
 
 
 @pytest.mark.parametrize("bias", [-1e30, -BIG, -1e300])
@@ -145,7 +140,7 @@ def test_hugely_negative_biases_are_biases(bias):
         == "math"
     )
     assert torch.isfinite(out).all()
-    assert rel(out, ref.output) <= TOL
+    assert rel_err(out, ref.output) <= TOL
     assert (out[:, 3] == 0).all()
     with pytest.raises(ValueError, match="bias"):
         F.additive_attention(*x32, mask, backend="additive_fused")
@@ -164,12 +159,12 @@ def test_learned_bias_gradient_is_routed_and_computed():
     out = F.additive_attention(*x32, mask)
     allowed = M.causal("bottom_right").materialize(9, 11).numpy()
     ref = R.additive(*(x.numpy() for x in xs), mask=np.where(allowed, bias.numpy(), -np.inf))
-    assert rel(out, ref.output) <= TOL
+    assert rel_err(out, ref.output) <= TOL
     d_out = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
     out.backward(d_out.float())
     want = G.additive(ref, *(x.numpy() for x in xs[3:]), d_out.numpy())
     assert b32.grad is not None
-    assert rel(b32.grad, want["bias"].sum(0)) <= TOL
+    assert rel_err(b32.grad, want["bias"].sum(0)) <= TOL
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +191,7 @@ def test_overflowing_float32_is_computed_in_float64(backend, case):
     assert risk(x32)
     ref = reference(xs)
     out, _ = run(xs, backend)
-    assert torch.isfinite(out).all() and rel(out, ref.output) <= TOL
+    assert torch.isfinite(out).all() and rel_err(out, ref.output) <= TOL
 
 
 def test_ordinary_inputs_stay_in_float32():
@@ -262,7 +257,7 @@ def test_nonfinite_inputs_poison_exactly_the_rows_that_read_them(backend, name):
     xs[which][index] = 0.0  # clean rows do not read it (and the reference rejects non-finite)
     ref = reference(xs, mask)
     assert np.isfinite(got[clean]).all()
-    assert rel(got[clean], ref.output[clean]) <= TOL
+    assert rel_err(got[clean], ref.output[clean]) <= TOL
 
 
 @pytest.mark.skipif(FUSED.available() is not None, reason=str(FUSED.available()))

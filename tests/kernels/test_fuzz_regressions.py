@@ -25,6 +25,7 @@ import torch
 
 from attnkit import functional as F
 from attnkit.kernels import BACKENDS
+from tests.support.numerics import rel_err
 
 TOL = 1e-5
 EPS32 = torch.finfo(torch.float32).eps
@@ -36,10 +37,6 @@ ADDITIVE_BACKENDS = [
     ),
     "math",
 ]
-
-
-def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.double() - want).norm() / want.norm())
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, size: float) -> tuple[bool, float]:
@@ -134,7 +131,9 @@ def test_additive_fused_tanh_derivative_near_saturation(far_key):
     args = [leaves[n] for n in ("q", "k", "v", "w_q", "w_k", "w_v")]
     F.additive_attention(*args, backend="additive_fused").backward(d_out)
     for n, t in leaves.items():
-        assert _rel(t.grad, want[n]) <= TOL, f"gradient of {n} off by {_rel(t.grad, want[n]):.3g}"
+        assert rel_err(t.grad, want[n]) <= TOL, (
+            f"gradient of {n} off by {rel_err(t.grad, want[n]):.3g}"
+        )
 
 
 @pytest.mark.skipif(FUSED.available() is not None, reason=str(FUSED.available()))
@@ -157,4 +156,4 @@ def test_additive_fused_saturated_tanh_has_zero_derivative():
     F.additive_attention(*args, backend="additive_fused").backward(d_out)
     for n in ("q", "k", "w_q", "w_k"):
         assert float(leaves[n].grad.abs().max()) == 0.0, f"gradient of {n}: {leaves[n].grad}"
-    assert _rel(leaves["v"].grad, want["v"]) <= TOL
+    assert rel_err(leaves["v"].grad, want["v"]) <= TOL

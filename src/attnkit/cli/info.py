@@ -15,7 +15,7 @@ import platform
 import sys
 from typing import Any
 
-from attnkit.cli.common import console, print_json
+from attnkit.cli.support.common import console, print_json
 from attnkit.terminal import markup
 
 NAME = "info"

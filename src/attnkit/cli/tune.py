@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from attnkit.cli.common import UsageError, console, print_json
+from attnkit.cli.support.common import UsageError, console, print_json
 from attnkit.terminal import markup
 
 NAME = "tune"

@@ -149,10 +149,6 @@ class Mask:
             cache = self.__dict__["_plan_lru"] = LRUCache("kernel plans", PLAN_CACHE_SIZE)
         return cache
 
-    def _cache(self) -> LRUCache:
-        """Deprecated name of :attr:`plan_cache` (the kernels' plan cache)."""
-        return self.plan_cache
-
     # --- helpers ------------------------------------------------------------------------------
     def _batch_numel(self) -> int:
         return math.prod(self.batch_shape)

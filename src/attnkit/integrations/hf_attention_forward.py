@@ -197,37 +197,24 @@ def _attend(module, query, key, value, attention_mask, dropout, scaling, backend
     softcap, sinks = kwargs.get("softcap"), _sinks(kwargs)
     if sinks is not None and isinstance(sinks, Tensor) and sinks.dtype != query.dtype:
         sinks = sinks.to(query.dtype)  # a float32 parameter in a bf16 model, as eager casts
-    if lq == 1 and g != h and h % g == 0 and _query_free(mask) and sinks is None:
-        # one new query (decoding): its H heads become H/G queries of each key/value head,
-        # so k and v are read as they are, never repeated (the mask does not depend on the
-        # query, so every pseudo-query gets the same row)
-        res = scaled_dot_product_attention(
-            query.reshape(b, g, h // g, query.shape[-1]),
-            key,
-            value,
-            mask,
-            scale=None if scaling is None else float(scaling),
-            dropout_p=float(dropout or 0.0),
-            return_weights=rw,
-            backend=backend,
-            softcap=softcap,
-        )
-        out, weights = res if rw else (res, None)
-        out = out.reshape(b, h, 1, out.shape[-1])
-        weights = None if weights is None else weights.reshape(b, h, 1, lk)
-        return out.transpose(1, 2).contiguous(), weights
-    res = grouped_query_attention(
-        query,
-        key,
-        value,
-        mask,
+    options = dict(
         scale=None if scaling is None else float(scaling),
         dropout_p=float(dropout or 0.0),
         return_weights=rw,
         backend=backend,
         softcap=softcap,
-        sinks=sinks,
     )
+    if lq == 1 and g != h and h % g == 0 and _query_free(mask) and sinks is None:
+        # one new query (decoding): its H heads become H/G queries of each key/value head,
+        # so k and v are read as they are, never repeated (the mask does not depend on the
+        # query, so every pseudo-query gets the same row)
+        q = query.reshape(b, g, h // g, query.shape[-1])
+        res = scaled_dot_product_attention(q, key, value, mask, **options)
+        out, weights = res if rw else (res, None)
+        out = out.reshape(b, h, 1, out.shape[-1])
+        weights = None if weights is None else weights.reshape(b, h, 1, lk)
+        return out.transpose(1, 2).contiguous(), weights
+    res = grouped_query_attention(query, key, value, mask, sinks=sinks, **options)
     out, weights = res if rw else (res, None)
     return out.transpose(1, 2).contiguous(), weights
 

@@ -1,7 +1,7 @@
 """attnkit's own trained models (``attnkit train`` run directories and checkpoints, language
 models and encoder-decoders) as ``--model`` of ``attnkit view`` and ``attnkit explain``, and the
 page of ``attnkit generate --view``: their attention weights on a text as the same
-:class:`~attnkit.integrations.hf_attentions.ModelAttentions` a transformers model gives.
+:class:`~attnkit.integrations.hf_attention_weights.ModelAttentions` a transformers model gives.
 
 A language model gives one section, its causal self-attention on the text's tokens (cut to
 its training window). An encoder-decoder translates the text (greedy), then gives three
@@ -34,7 +34,7 @@ def load(path: Path) -> Any:
     """The run's best checkpoint (else its last) as a :class:`~attnkit.train.session.Loaded`."""
     import sys
 
-    from attnkit.cli.common import one_line
+    from attnkit.cli.support.common import one_line
     from attnkit.train import session
 
     loaded = session.load(path, best=True)
@@ -56,7 +56,7 @@ def lm_sections(loaded: Any, ids: list[int]) -> tuple[Any, list[str]]:
     model runs on its device, the section's weights are on the host."""
     import torch
 
-    from attnkit.integrations.hf_attentions import AttentionSection
+    from attnkit.integrations.hf_attention_weights import AttentionSection
     from attnkit.viz.weights import lm_attentions
 
     tokens = _shown(loaded.tokenizer, ids)
@@ -67,9 +67,9 @@ def lm_sections(loaded: Any, ids: list[int]) -> tuple[Any, list[str]]:
 
 
 def own_attentions(loaded: Any, name: str, text: str) -> Any:
-    """The :class:`~attnkit.integrations.hf_attentions.ModelAttentions` of attnkit model
+    """The :class:`~attnkit.integrations.hf_attention_weights.ModelAttentions` of attnkit model
     ``loaded`` on ``text`` (see the module docstring)."""
-    from attnkit.integrations.hf_attentions import AttentionSection, ModelAttentions
+    from attnkit.integrations.hf_attention_weights import AttentionSection, ModelAttentions
 
     tok = loaded.tokenizer
     enc = tok.encode(text, add_special_tokens=False)

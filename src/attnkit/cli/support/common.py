@@ -1,5 +1,6 @@
 """Helpers shared by the verbs of the command line: the usage error, the argument parser,
-option names in library errors, output, argument types."""
+option names in library errors, output, text arguments (the options themselves:
+:mod:`attnkit.cli.support.options`)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,13 @@ from attnkit.terminal import printable
 
 __all__ = [
     "PROG",
-    "add_device",
-    "on_device",
     "ArgumentParser",
     "UsageError",
     "console",
-    "int_arg",
-    "int_in",
     "one_line",
     "option_names",
     "print_json",
+    "utf8_text",
 ]
 
 PROG = "attnkit"
@@ -114,52 +112,3 @@ def option_names(names: Mapping[str, str]) -> Iterator[None]:
         if sep and head in names:
             raise UsageError(f"{names[head]}:{rest}") from e
         raise
-
-
-def int_arg(name: str):
-    """An argparse ``type=`` that parses an int (range checks are the library's)."""
-
-    def parse(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-    parse.__name__ = name
-    return parse
-
-
-def int_in(name: str, low: int, high: int | None = None):
-    """An argparse ``type=`` that accepts an int in [low, high] (high None = no upper bound)."""
-
-    def parse(text: str) -> int:
-        value = int_arg(name)(text)
-        if value < low or (high is not None and value > high):
-            want = f">= {low}" if high is None else f"in [{low}, {high}]"
-            raise argparse.ArgumentTypeError(f"expected an integer {want}, got {value}")
-        return value
-
-    parse.__name__ = name
-    return parse
-
-
-def add_device(p: argparse.ArgumentParser) -> None:
-    """The ``--device cpu|cuda|mps`` option of the verbs that run a model."""
-    p.add_argument(
-        "--device",
-        default="cpu",
-        metavar="DEVICE",
-        help="cpu (default), cuda, cuda:N or mps; an error when this machine has no such device",
-    )
-
-
-@contextlib.contextmanager
-def on_device(name: str) -> Iterator[None]:
-    """Check ``--device`` (UsageError naming it when absent), then run the block with that
-    device as torch's default (:mod:`attnkit.train.device`)."""
-    from attnkit.train.device import resolve, use_device
-
-    with option_names({"device": "--device"}):
-        device = resolve(name)
-    with use_device(device):
-        yield

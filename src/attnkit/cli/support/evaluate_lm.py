@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from attnkit.cli.common import UsageError
+from attnkit.cli.support.common import UsageError
 
 
 def _char_level(tok) -> bool:
@@ -32,8 +32,6 @@ def run(loaded, ns: argparse.Namespace) -> int:
         raise UsageError(
             f"{option}: a language model is scored token by token, not decoded; leave it out"
         )
-    if ns.stride is not None and ns.stride < 1:
-        raise UsageError(f"--stride: expected a positive int, got {ns.stride}")
     if ns.data is None and c.lines:  # a lines-mode model: its held-out lines, as trained
         if ns.stride is not None:
             raise UsageError(

@@ -19,6 +19,7 @@ from attnkit import cli
 from attnkit import explain as ex
 from attnkit.cli import bench as bench_verb
 from attnkit.explain import catalog
+from tests.support.numerics import max_rel_err
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -30,12 +31,6 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def softmax(s: np.ndarray) -> np.ndarray:
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
-
-
-def rel_err(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    assert a.shape == b.shape
-    return float(np.max(np.abs(a - b))) / max(1.0, float(np.max(np.abs(b))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,6 +60,16 @@ def test_explain_help_documents_the_options(capsys):
     for opt in ("--word", "--d-model", "--d-k", "--seed", "--example", "--json",
                 "--full", "--model", "--top-k"):  # fmt: skip
         assert opt in out
+
+
+def test_every_module_of_cli_is_a_verb_and_helpers_live_in_support():
+    """cli/ holds one module per verb (each with NAME, add_parser, run); what verbs share is in
+    cli/support/, never registered as a verb."""
+    here = Path(cli.__file__).parent
+    modules = {p.stem for p in here.glob("*.py")} - {"__init__"}
+    assert modules == set(cli.VERBS), modules ^ set(cli.VERBS)
+    helpers = {p.stem for p in (here / "support").glob("*.py")} - {"__init__"}
+    assert {"common", "options", "errors"} <= helpers and not helpers & set(cli.VERBS)
 
 
 def test_no_verb_prints_help_and_fails(capsys):
@@ -103,16 +108,16 @@ def test_explain_json_recomputes(capsys):
     scores = q @ k.T
     weights = softmax(scores / math.sqrt(5))
     out_m = weights @ v
-    assert rel_err(d["matrix"]["scores"], scores) <= 1e-10
-    assert rel_err(d["matrix"]["weights"], weights) <= 1e-10
-    assert rel_err(d["matrix"]["output"], out_m) <= 1e-10
+    assert max_rel_err(d["matrix"]["scores"], scores, floor=1.0) <= 1e-10
+    assert max_rel_err(d["matrix"]["weights"], weights, floor=1.0) <= 1e-10
+    assert max_rel_err(d["matrix"]["output"], out_m, floor=1.0) <= 1e-10
     one = d["one_word"]
-    assert rel_err(one["scaled"], scores[2] / math.sqrt(5)) <= 1e-10
-    assert rel_err(one["weights"], weights[2]) <= 1e-10
-    assert rel_err(one["output"], out_m[2]) <= 1e-10
+    assert max_rel_err(one["scaled"], scores[2] / math.sqrt(5), floor=1.0) <= 1e-10
+    assert max_rel_err(one["weights"], weights[2], floor=1.0) <= 1e-10
+    assert max_rel_err(one["output"], out_m[2], floor=1.0) <= 1e-10
     assert abs(one["weights_sum"] - 1.0) <= 1e-12
     # the one-word row equals the matrix row
-    assert rel_err(one["output"], d["matrix"]["output"][2]) <= 1e-12
+    assert max_rel_err(one["output"], d["matrix"]["output"][2], floor=1.0) <= 1e-12
     assert d["checks"]["one_word_vs_matrix_max_abs_diff"] <= 1e-12
     assert d["checks"]["functional_output_max_abs_diff"] <= 1e-10
 
@@ -172,8 +177,10 @@ def test_example_bahdanau_vs_dot_json_matches_independent_numbers(capsys):
     assert d["mode"] == "example" and d["example"] == "bahdanau-vs-dot"
     V = np.array(d["inputs"]["V"])
     s = np.array(d["inputs"]["Q"]) @ np.array(d["inputs"]["K"]).T
-    assert rel_err(d["cases"]["scaled"]["weights"], softmax(s / math.sqrt(2))) <= 1e-12
-    assert rel_err(d["cases"]["unscaled"]["output"], softmax(s) @ V) <= 1e-12
+    assert (
+        max_rel_err(d["cases"]["scaled"]["weights"], softmax(s / math.sqrt(2)), floor=1.0) <= 1e-12
+    )
+    assert max_rel_err(d["cases"]["unscaled"]["output"], softmax(s) @ V, floor=1.0) <= 1e-12
     vals = {v["key"]: v for v in d["values"]}
     # agreement flags: |computed - printed| <= half a unit of the printed last digit
     w_unscaled = softmax(s)[0, 0]
@@ -234,7 +241,7 @@ def test_example_softmax(capsys):
     assert code == 0
     d = json.loads(out)
     w = softmax(np.array([2.0, 1.0, 0.1]))
-    assert rel_err([v["computed"]["library"] for v in d["values"]], w) <= 1e-12
+    assert max_rel_err([v["computed"]["library"] for v in d["values"]], w, floor=1.0) <= 1e-12
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnkit.cli.common import UsageError, one_line
+from attnkit.cli.support.common import UsageError, one_line
 
 __all__ = ["add_option", "announce", "write", "write_model"]
 

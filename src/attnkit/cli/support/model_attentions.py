@@ -2,13 +2,13 @@
 attention weights on a text.
 
 An ``attnkit train`` run or checkpoint directory runs on attnkit's own model
-(:mod:`attnkit.cli.own_attentions`). ``default``, or a directory whose config says
+(:mod:`attnkit.cli.support.own_attentions`). ``default``, or a directory whose config says
 ``model_type: bert`` (or no model type), runs on attnkit's own BERT
 (:class:`attnkit.models.bert.BertModel`: fast, no transformers needed).
 Any other model (a directory saved by transformers, or a model name in the local Hugging Face
 cache) runs in transformers with attnkit's attention
-(:mod:`attnkit.integrations.hf_attentions`). Both give the same
-:class:`~attnkit.integrations.hf_attentions.ModelAttentions`.
+(:mod:`attnkit.integrations.hf_attention_weights`). Both give the same
+:class:`~attnkit.integrations.hf_attention_weights.ModelAttentions`.
 
 ``--device``: :func:`choose` puts the model on the device and :func:`attentions` its inputs;
 the weights come back to the host once per section, after the forward pass (stacked on the
@@ -21,7 +21,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.cli.common import UsageError, option_names
+from attnkit.cli.support.common import UsageError, option_names
 
 __all__ = ["ChosenModel", "add_download_option", "attentions", "choose"]
 
@@ -61,7 +61,7 @@ def choose(model: str, download: bool = False, device: Any = None) -> ChosenMode
 
     with option_names(_NAMES):
         located = locate_model(model, download=download)
-        from attnkit.cli import own_attentions as own
+        from attnkit.cli.support import own_attentions as own
 
         if own.is_run(located.path):  # attnkit train's run or checkpoint directory
             loaded = own.load(located.path)
@@ -80,7 +80,7 @@ def choose(model: str, download: bool = False, device: Any = None) -> ChosenMode
 
                 bert = BertModel.from_pretrained(located.path).to(device)
                 return ChosenModel(located.name, bert, None)
-            from attnkit.integrations.hf_attentions import load_model
+            from attnkit.integrations.hf_attention_weights import load_model
 
             hf = load_model(located.path, name=located.name, device=device)
             return ChosenModel(located.name, None, hf)
@@ -93,20 +93,20 @@ def choose(model: str, download: bool = False, device: Any = None) -> ChosenMode
 
 
 def attentions(chosen: ChosenModel, text: str) -> Any:
-    """The model's :class:`~attnkit.integrations.hf_attentions.ModelAttentions` on ``text``,
+    """The model's :class:`~attnkit.integrations.hf_attention_weights.ModelAttentions` on ``text``,
     computed on the model's device; the weights are host tensors."""
-    from attnkit.integrations.hf_attentions import (
+    from attnkit.integrations.hf_attention_weights import (
         AttentionSection,
         ModelAttentions,
         model_attentions,
     )
 
     if chosen.own is not None:
-        from attnkit.cli.own_attentions import own_attentions
+        from attnkit.cli.support.own_attentions import own_attentions
 
         return own_attentions(chosen.own, chosen.name, text)
     if chosen.hf is not None:
-        from attnkit.integrations.hf_attention import UnsupportedFeatureError
+        from attnkit.integrations.hf_attention_forward import UnsupportedFeatureError
 
         try:
             return model_attentions(chosen.hf, text)

@@ -1,4 +1,4 @@
-"""attnkit.integrations.hf_attentions: any transformers model's attention on a text, through
+"""attnkit.integrations.hf_attention_weights: any transformers model's attention on a text, through
 attnkit's attention, against transformers' own ``attn_implementation="eager"`` weights
 (``output_attentions=True``) on the same saved directory: within 1e-5 for every kind of model
 (encoder-only, decoder-only, encoder-decoder), with the tokens the tokenizer gives."""
@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from support.tiny_hf_dirs import ENCODER_DECODERS, KINDS, TEXT, eager_attentions, save_tiny
 
-from attnkit.integrations.hf_attentions import LoadedModel, load_model, model_attentions
+from attnkit.integrations.hf_attention_weights import LoadedModel, load_model, model_attentions
 
 TOL = 1e-5  # float32 softmax rows: attnkit's kernels vs eager's matmul + softmax
 

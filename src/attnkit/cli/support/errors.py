@@ -1,10 +1,11 @@
 """Which exceptions the command line reports as a user's mistake (one line, exit code 2) and
 which as a bug (internal error, exit code 1, the traceback with ``ATTNKIT_TRACEBACK=1``).
 
-A user error is one that attnkit's own checks raise: a :class:`~attnkit.cli.common.UsageError`,
-or a ``ValueError``/``TypeError``/``OSError`` (attnkit's argument, file and data checks raise
-these, with messages that name the argument or file, :mod:`attnkit.checks`) whose traceback ends
-at a ``raise`` statement in attnkit's own source. The same types raised by a dependency
+A user error is one that attnkit's own checks raise: a
+:class:`~attnkit.cli.support.common.UsageError`, or a ``ValueError``/``TypeError``/``OSError``
+(attnkit's argument, file and data checks raise these, with messages that name the argument or
+file, :mod:`attnkit.checks`) whose traceback ends at a ``raise`` statement in attnkit's own
+source. The same types raised by a dependency
 (transformers, torch, tokenizers) or by Python itself inside attnkit (``int("x")`` on a value
 attnkit should have checked) are internal errors: they mean attnkit let bad input through or
 has a bug. Two kinds of dependency errors still mean a bad file or machine, not a bug: an
@@ -18,11 +19,11 @@ import linecache
 from pathlib import Path
 from types import TracebackType
 
-from attnkit.cli.common import UsageError
+from attnkit.cli.support.common import UsageError
 
 __all__ = ["is_user_error", "raised_by_attnkit"]
 
-_PACKAGE = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parents[2]
 """The directory of the attnkit package: its own source files are below it."""
 
 
