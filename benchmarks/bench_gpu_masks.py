@@ -31,7 +31,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 import attnkit
 from attnkit import masks
 from attnkit.kernels import BACKENDS
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 
 B, H, D, W = 4, 16, 64, 256
 KINDS = ("window", "docs", "pad")

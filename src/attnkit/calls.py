@@ -1,4 +1,4 @@
-"""From user arguments to a validated :class:`~attnkit.kernels.base.AttentionCall`.
+"""From user arguments to a validated :class:`~attnkit.kernels.call.base.AttentionCall`.
 
 Every check of :mod:`attnkit.functional` lives here, in the order "cheap first": options
 (backend name, flags, probabilities), then tensors (type, dtype, device, rank, batch dims,
@@ -20,10 +20,11 @@ from torch import Tensor
 
 from attnkit import checks
 from attnkit import tensor_checks as tc
-from attnkit.kernels import dispatch, numerics
-from attnkit.kernels.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels import dispatch
+from attnkit.kernels.call.base import AttentionCall, Backend, ungrouped
 from attnkit.kernels.dispatch import CACHE, Choice, mask_key
-from attnkit.kernels.scan import plan3
+from attnkit.kernels.policy import numerics
+from attnkit.kernels.policy.scan import plan3
 from attnkit.masks import Mask, from_tensor
 
 __all__ = [
@@ -157,7 +158,7 @@ def finite_sinks(sinks: Tensor) -> Tensor:
     """``sinks`` (H,) when every logit is finite; ValueError naming ``sinks`` otherwise (a NaN
     sink would make its head's output NaN, as :mod:`attnkit.reference` refuses it too). Checked
     on every call, remembered signatures included: the values change between calls; not on the
-    policy's device path (:func:`attnkit.kernels.numerics.device_path`), where reading the
+    policy's device path (:func:`attnkit.kernels.policy.numerics.device_path`), where reading the
     check back would be a host sync and a non-finite sink shows as NaN rows instead."""
     if numerics.device_path(sinks.device):
         return sinks

@@ -38,10 +38,11 @@ from attnkit import checks
 from attnkit import tensor_checks as tc
 from attnkit.calls import check_mask
 from attnkit.heads import merge_heads, repeat_kv_heads, split_heads
-from attnkit.kernels import dispatch, numerics
-from attnkit.kernels.additive_fused import policy as additive_policy
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels import dispatch
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.dispatch import Dispatch
+from attnkit.kernels.policy import additive as additive_policy
+from attnkit.kernels.policy import numerics
 from attnkit.masks import Mask
 
 __all__ = [

@@ -17,7 +17,7 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference
 from attnkit.kernels import dispatch
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 2e-2}
 

@@ -20,7 +20,7 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import dispatch
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 from tests.support.numerics import TOL, rel_err
 
 

@@ -15,12 +15,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit import autotune, tune_rules
+from attnkit import autotune
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.tuning import DEFAULT, use
+from attnkit.kernels.tuning import rules as tune_rules
 
 MARGIN = 1.05
 

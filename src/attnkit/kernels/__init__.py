@@ -7,7 +7,7 @@ the backend of each call.
 
 from __future__ import annotations
 
-from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.call.base import AttentionCall, Backend
 from attnkit.kernels.dispatch import preference
 from attnkit.kernels.registry import BACKENDS
 

@@ -5,7 +5,7 @@ bottom-right with Lq <= Lk: ``torch.nn.attention.bias.causal_lower_right``, neve
 materialised mask), or a mask small enough to materialise (at most DENSE_MASK_LIMIT entries).
 Rows that a mask leaves without any key are computed with a harmless mask and then zeroed, so
 they give 0, not NaN (on the policy's device path by a device-side select, without reading
-back whether any row is empty). The NaN/inf policy of :mod:`attnkit.kernels.numerics` is
+back whether any row is empty). The NaN/inf policy of :mod:`attnkit.kernels.policy.numerics` is
 dispatch's stage: half types keep their bias in float32 (SDPA computes in float32 for them),
 overflowing calls run in float64; a call whose scores are too large for SDPA's fused backward
 is handed to ``math`` (:meth:`DenseBackend.decision_reasons`).
@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
-from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
-from attnkit.kernels.call_state import NumericsDecision
+from attnkit.kernels.call.base import AttentionCall, Backend, fused_backward_reasons
+from attnkit.kernels.call.memo import NumericsDecision
 
 DENSE_MASK_LIMIT = 2**26
 """Most entries of a materialised mask the dense backend accepts (64 Mi bools)."""

@@ -1,14 +1,14 @@
-"""Dispatch: which backend runs a validated :class:`~attnkit.kernels.base.AttentionCall`.
+"""Dispatch: which backend runs a validated :class:`~attnkit.kernels.call.base.AttentionCall`.
 
 Selection only (the model is xformers' ``ops/fmha/dispatch.py``): walk the preference order of
 the call's score kind and take the first backend whose ``not_supported_reasons`` (and, for
 ``backend="auto"``, ``speed_reasons``) are empty. What a backend can do is read from its
-:class:`~attnkit.kernels.base.Backend` class every time a call is first seen, never restated
+:class:`~attnkit.kernels.call.base.Backend` class every time a call is first seen, never restated
 here. Reasons are formatted in one place, :meth:`Dispatch.__str__`, which is also the text of
 every "cannot serve" error.
 
 Running: :func:`run` is the one caller of ``Backend.run``. It runs the numerics policy once per
-call as one stage (:func:`attnkit.kernels.numerics.prepare` / ``finish``, the additive policy
+call as one stage (:func:`attnkit.kernels.policy.numerics.prepare` / ``finish``, the additive policy
 for additive calls), hands the backend the typed decision, and alone does fallbacks: a backend
 that refuses the decision (``Backend.decision_reasons``) or hands the call back (a failed
 in-kernel check) passes it to its ``fallback``; :func:`fallbacks` says so in words, which
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from attnkit.kernels import numerics
-from attnkit.kernels.additive_fused import policy as additive_policy
-from attnkit.kernels.base import AttentionCall, Backend, ungrouped
-from attnkit.kernels.call_state import NumericsDecision
-from attnkit.kernels.mask_bias import mask_tensors
+from attnkit.kernels.call.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels.call.memo import NumericsDecision
+from attnkit.kernels.policy import additive as additive_policy
+from attnkit.kernels.policy import numerics
+from attnkit.kernels.policy.mask_bias import mask_tensors
+from attnkit.kernels.policy.scan import ScanPlan
 from attnkit.kernels.registry import BACKENDS
-from attnkit.kernels.scan import ScanPlan
 from attnkit.kernels.tuning import on_change
 from attnkit.masks import Mask
 from attnkit.tensor_version import version
@@ -180,7 +180,7 @@ def _accepting(
 
 def run(call: AttentionCall, backend: Backend) -> tuple[Tensor, Tensor | None]:
     """(output, weights or None) of ``call`` on ``backend`` (chosen by :func:`select`), under
-    the numerics policy run once as a stage (``kernels/base.py`` describes the four steps)."""
+    the numerics policy run once as a stage (``kernels/call/base.py`` describes the four steps)."""
     policy = numerics if call.kind == "dot" else additive_policy
     work, d = policy.prepare(call, backend.kernel_checks)
     b, work = _accepting(backend, work, d)
@@ -247,7 +247,7 @@ class Choice:
     options: tuple
     mask_ref: weakref.ref | None
     scan_plan: ScanPlan | None = None
-    """:func:`attnkit.kernels.scan.plan3` of the signature's q, k and v (None: none)."""
+    """:func:`attnkit.kernels.policy.scan.plan3` of the signature's q, k and v (None: none)."""
 
 
 class ChoiceCache:

@@ -15,9 +15,10 @@ import torch
 
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels import BACKENDS, dispatch, numerics
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels import BACKENDS, dispatch
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.flex import FlexBackend
+from attnkit.kernels.policy import numerics
 from tests.support.masks import ref_mask
 from tests.support.masks import sliding_window as spec_window
 from tests.support.numerics import split_mask
@@ -191,7 +192,7 @@ def test_a_float64_decision_goes_to_math_with_its_reason():
     """The policy's stage decides float64 (scores that would overflow float32) or an explicit
     softmax's backward: flex cannot compute either, so dispatch hands the call to math and says
     why; the result is math's, checked against float64."""
-    from attnkit.kernels.call_state import NumericsDecision
+    from attnkit.kernels.call.memo import NumericsDecision
 
     q, k, v = _qkv(kv_len=41)
     call = _call(q, k, v, M.causal("bottom_right"))

@@ -25,10 +25,11 @@ from hypothesis import strategies as st
 
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels import dispatch, numerics
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels import dispatch
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.flex import FlexBackend
 from attnkit.kernels.flex.mods import supported_mask
+from attnkit.kernels.policy import numerics
 from tests.support import layouts
 from tests.support.host_sync import NoHostSync
 from tests.support.masks import KINDS, make_case, ref_mask

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
-from attnkit.kernels.call_state import MemoKey, NumericsDecision
+from attnkit.kernels.call.base import AttentionCall, Backend, fused_backward_reasons
+from attnkit.kernels.call.memo import MemoKey, NumericsDecision
 from attnkit.kernels.dense import sdpa_causal
 from attnkit.kernels.flex.block_mask import BLOCK_SIZE
 from attnkit.kernels.flex.engine import (

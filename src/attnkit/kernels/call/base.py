@@ -1,0 +1,332 @@
+"""What every backend sees and declares.
+
+A call reaches a backend as one :class:`AttentionCall` (validated, normalised inputs). Each
+backend is a :class:`Backend` that says, for a call, every reason it cannot serve it
+(:meth:`Backend.not_supported_reasons`, empty = can serve) and runs it (:meth:`Backend.run`).
+
+The interface between dispatch and a backend (:func:`attnkit.kernels.dispatch.run` is the only
+caller of ``run``)::
+
+    dispatch.run(call, backend)
+      1. numerics.prepare(call, backend.kernel_checks) -> (work, decision)   once per call
+         (additive calls: additive_fused.policy.prepare); ``work`` is ``call`` with non-finite
+         q, k, v replaced by 0 when ``decision.finite`` is False
+      2. backend.decision_reasons(work, decision): non-empty -> dispatch hands the call to
+         ``BACKENDS[backend.fallback]`` (k, v repeated to H heads when that one lacks
+         ``supports_gqa``), and so on; ``explain_dispatch`` prints these reasons
+      3. backend.run(work, decision) -> (out, weights | None), or None when the backend checked
+         the policy in its kernel (``kernel_checks``) and it failed: dispatch then redoes the
+         call on ``BACKENDS[backend.fallback]`` under the full decision (``prepare(call)``:
+         the scan on the host path)
+      4. numerics.finish(call, decision, out, weights): the call's dtype, P6's NaN rows
+
+``run(call, decision)`` computes in ``decision.compute`` (a
+:class:`~attnkit.kernels.call.memo.NumericsDecision`: compute dtype, finite, fused_backward_ok,
+float64_reason, checked), never asks the policy itself, never falls back to another backend
+itself, and on ``decision.checked == "device"`` never reads a tensor value back to the host
+(``.item()``, ``.tolist()``, ``bool(t)``, ``.cpu()``): P1 by device-side selects. It may return
+the output in ``decision.compute`` or the call's dtype (step 4 rounds it).
+
+Shape legend: ``...`` batch dims (identical for q, k, v), ``Lq``/``Lk`` query/key lengths,
+``dk`` query/key width, ``dv`` value width, ``h`` hidden width of additive attention.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from attnkit.kernels.call.memo import BlockMapKey, CallMemo, DenseMaskKey, NumericsDecision
+from attnkit.kernels.policy.mask_bias import mask_tensors
+from attnkit.kernels.policy.scan import ScanPlan
+from attnkit.masks import Intersection, Mask, TensorMask
+from attnkit.masks.blocks import saturate
+
+ScoreKind = Literal["dot", "additive"]
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One validated attention call.
+
+    q: (..., Lq, dk), k: (..., Lk, dk), v: (..., Lk, dv). A *grouped* call (grouped-query
+    attention, only for backends that declare ``supports_gqa``) has q (..., H, Lq, dk) and
+    k, v (..., G, Lk, d) with G dividing H: query head h reads key/value head h // (H / G).
+    For ``kind="additive"``: ``w_q`` (h, dk_q), ``w_k`` (h, dk), ``w_v`` (h,) and ``scale`` 1.
+    ``mask`` is a mask object whose batch_shape lines up with the leading dims of ``q`` (see
+    :mod:`attnkit.masks`) or None.
+
+    ``softcap`` c > 0 (or None): the scaled scores become c * tanh(s / c) before the mask and
+    bias are applied (Gemma 2). ``sinks`` (H,) (or None, dot calls with q (..., H, Lq, dk)):
+    one logit per query head that joins every row's softmax denominator and is then dropped
+    (gpt-oss): w_ij = exp(s_ij) / (exp(sink_h) + sum_l exp(s_il)); a row with no allowed key
+    gives 0.
+
+    ``memo`` (not an argument): what the stages of this call computed for later ones
+    (:class:`~attnkit.kernels.call.memo.CallMemo`: the scan plan, the numerics decision, dense
+    masks, block maps, backend plans); each call object has its own, ``replace()`` included.
+    """
+
+    kind: ScoreKind
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Mask | None = None
+    scale: float = 1.0
+    dropout_p: float = 0.0
+    return_weights: bool = False
+    w_q: Tensor | None = None
+    w_k: Tensor | None = None
+    w_v: Tensor | None = None
+    softcap: float | None = None
+    sinks: Tensor | None = None
+    memo: CallMemo = field(default_factory=CallMemo, init=False, compare=False, repr=False)
+
+    @classmethod
+    def dot(
+        cls,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Mask | None,
+        scale: float,
+        dropout_p: float,
+        return_weights: bool,
+        softcap: float | None = None,
+        sinks: Tensor | None = None,
+        scan_plan: ScanPlan | None = None,
+    ) -> AttentionCall:
+        """``AttentionCall("dot", q, k, v, mask, scale, dropout_p, return_weights)`` for
+        arguments already checked, built without the frozen dataclass's per-field
+        ``object.__setattr__`` (a per-call cost on the dispatch's fast path); ``scan_plan``:
+        :func:`~attnkit.kernels.policy.scan.plan3` of q, k and v's signature, for the input scan."""
+        self = object.__new__(cls)
+        self.__dict__.update(
+            kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
+            return_weights=return_weights, w_q=None, w_k=None, w_v=None, softcap=softcap,
+            sinks=sinks, memo=CallMemo(),
+        )  # fmt: skip
+        if scan_plan is not None:
+            self.memo.scan_plan = scan_plan
+        return self
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.q.shape[:-2])
+
+    @property
+    def q_len(self) -> int:
+        return self.q.shape[-2]
+
+    @property
+    def kv_len(self) -> int:
+        return self.k.shape[-2]
+
+    @property
+    def grouped(self) -> bool:
+        """True when k and v have fewer heads (dim -3) than q (grouped-query attention)."""
+        return self.k.shape[:-2] != self.q.shape[:-2]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.q.dtype
+
+    @property
+    def needs_grad(self) -> bool:
+        """True when autograd will need a backward: an input or a mask tensor requires grad."""
+        ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v, self.sinks)
+        return torch.is_grad_enabled() and (
+            any(t is not None and t.requires_grad for t in ts) or self.bias_needs_grad
+        )
+
+    @property
+    def bias_needs_grad(self) -> bool:
+        """True when a float mask tensor of the call's mask requires grad (a learned bias)."""
+        return torch.is_grad_enabled() and any(t.requires_grad for t in mask_tensors(self.mask))
+
+    def tensors(self) -> list[Tensor]:
+        ts = (self.q, self.k, self.v, self.w_q, self.w_k, self.w_v)
+        return [t for t in ts if t is not None]
+
+    def dense_mask(self, dtype: torch.dtype | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """(allowed, bias): the mask materialised and reshaped to broadcast against
+        (..., Lq, Lk): bool and float (or None), the bias in ``dtype`` (default: the call's),
+        saturated (policy P5). Kept in the call's memo."""
+        dtype = dtype or self.dtype
+        if self.mask is None:
+            return None, None
+        return self.memo.get(DenseMaskKey(dtype), lambda: materialize_for(self.mask, self, dtype))
+
+    def block_map(self, block_q: int, block_kv: int) -> Tensor | None:
+        """Block classes (int8, batch_shape of the mask + (nq, nk)), kept in the call's memo per
+        block size."""
+        mask = self.mask
+        if mask is None:
+            return None
+        return self.memo.get(
+            BlockMapKey(block_q, block_kv),
+            lambda: mask.block_map(self.q_len, self.kv_len, block_q, block_kv),
+        )
+
+
+def fused_backward_reasons(decision: NumericsDecision) -> list[str]:
+    """Why a backend with a fused, recomputing backward refuses ``decision`` (its scores are too
+    large for that backward to be exact, policy P5), for ``Backend.decision_reasons``."""
+    if decision.fused_backward_ok:
+        return []
+    dtype = str(decision.compute).removeprefix("torch.")
+    return [
+        f"the scores are too large for a fused backward to be exact, even in {dtype} "
+        "(|score| x eps >= 2**-10): an explicit softmax gives exact gradients"
+    ]
+
+
+def repeat_heads(x: Tensor, n: int) -> Tensor:
+    """(..., G, L, d) -> (..., n, L, d) with head h a copy of head h // (n / G) (unchecked: G
+    divides n); ``x`` itself when G = n. As ``x.repeat_interleave(n // G, dim=-3)``."""
+    g = x.shape[-3]
+    if g == n:
+        return x
+    lead, (length, d) = tuple(x.shape[:-3]), x.shape[-2:]
+    return x.unsqueeze(-3).expand(lead + (g, n // g, length, d)).reshape(lead + (n, length, d))
+
+
+def ungrouped(call: AttentionCall) -> AttentionCall:
+    """``call`` with k and v repeated to q's H heads (:func:`repeat_heads`), for a backend or
+    path that needs them; ``call`` itself when it is not grouped."""
+    if not call.grouped:
+        return call
+    h = call.q.shape[-3]
+    k, v = repeat_heads(call.k, h), repeat_heads(call.v, h)
+    return replace(call, k=k, v=v)
+
+
+def lift_mask_tensor(t: Tensor, mask_batch_ndim: int, batch_ndim: int) -> Tensor:
+    """Reshape a mask tensor ``mask_batch_shape + (Lq, Lk)`` so that its batch dims line up with
+    the leading dims of a ``batch_ndim``-dimensional batch (singletons appended)."""
+    extra = batch_ndim - mask_batch_ndim
+    return t.reshape(t.shape[:mask_batch_ndim] + (1,) * extra + t.shape[-2:])
+
+
+def materialize_for(
+    mask: Mask, call: AttentionCall, dtype: torch.dtype | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """Materialise ``mask`` for ``call`` as tensors broadcastable to (..., Lq, Lk); the bias in
+    ``dtype`` (default: the call's), saturated at +-finfo.max (policy P5). A tensor mask is
+    used where it lives (on the call's device), never copied through the host."""
+    nb, mb = len(call.batch_shape), len(mask.batch_shape)
+    if type(mask) is TensorMask and mask.t.device == call.q.device:
+        t = mask.t
+        if t.dtype == torch.bool:
+            return lift_mask_tensor(t, mb, nb), None
+        allowed = lift_mask_tensor(t != -math.inf, mb, nb)
+        bias = saturate(torch.where(allowed, lift_mask_tensor(t, mb, nb), 0), dtype or call.dtype)
+        return allowed, bias
+    if type(mask) is Intersection and any(type(p) is TensorMask for p in mask.leaves()):
+        (a, ba), (b, bb) = (materialize_for(p, call, dtype) for p in mask.parts)
+        biases = [x for x in (ba, bb) if x is not None]
+        if len(biases) == 2:  # biases add up; a sum beyond the dtype saturates (P5)
+            big = torch.finfo(biases[0].dtype).max
+            biases = [(biases[0] + biases[1]).clamp(-big, big)]
+        return a & b, (biases[0] if biases else None)
+    allowed = mask.materialize(call.q_len, call.kv_len).to(call.q.device)
+    allowed = lift_mask_tensor(allowed, mb, nb)
+    bias = mask.materialize_bias(call.q_len, call.kv_len, dtype or call.dtype)
+    if bias is not None:
+        bias = lift_mask_tensor(bias.to(call.q.device), mb, nb)
+    return allowed, bias
+
+
+class Backend:
+    """A kernel backend: declares what it supports and runs calls it supports."""
+
+    name: ClassVar[str] = "?"
+    kinds: ClassVar[tuple[str, ...]] = ("dot",)
+    dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.float64)
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    supports_grad: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = False
+    supports_dropout: ClassVar[bool] = False
+    supports_bias: ClassVar[bool] = True
+    supports_gqa: ClassVar[bool] = False
+    """Takes grouped calls (k, v with G < H heads, see :class:`AttentionCall`) without copies."""
+    supports_softcap: ClassVar[bool] = False
+    """Applies ``softcap`` (c * tanh(s / c) on the scaled scores, before mask and bias)."""
+    supports_sinks: ClassVar[bool] = False
+    """Applies ``sinks`` (one logit per query head in every row's softmax denominator)."""
+    kernel_checks: ClassVar[bool] = False
+    """Checks P5/P6 inside its kernel: gets a decision without the input scan, and returns None
+    from :meth:`run` when the check fails (dispatch redoes the call on ``fallback``)."""
+    fallback: ClassVar[str | None] = None
+    """The backend dispatch hands a call to when :meth:`decision_reasons` refuses the decision,
+    or :meth:`run` returns None."""
+
+    def available(self) -> str | None:
+        """None when usable in this installation, else the reason it is not."""
+        return None
+
+    def not_supported_reasons(self, call: AttentionCall) -> list[str]:
+        """Every reason this backend cannot serve ``call`` (empty list = it can)."""
+        r = []
+        why = self.available()
+        if why:
+            r.append(why)
+        if call.kind not in self.kinds:
+            r.append(f"score kind {call.kind!r} not in {self.kinds}")
+        if call.dtype not in self.dtypes:
+            r.append(f"dtype {call.dtype} not in {[str(d) for d in self.dtypes]}")
+        if call.q.device.type not in self.devices:
+            r.append(f"device {call.q.device.type!r} not in {self.devices}")
+        if call.return_weights and not self.supports_weights:
+            r.append("cannot return attention weights")
+        if call.dropout_p > 0 and not self.supports_dropout:
+            r.append("no dropout")
+        if call.needs_grad and not self.supports_grad:
+            r.append("no backward (inputs require grad)")
+        if call.mask is not None and call.mask.has_bias and not self.supports_bias:
+            r.append("no additive score bias")
+        if call.grouped and not self.supports_gqa:
+            r.append("no grouped k/v heads (supports_gqa)")
+        if call.softcap is not None and not self.supports_softcap:
+            r.append(f"no attention-logit softcapping (softcap={call.softcap:g})")
+        if call.sinks is not None and not self.supports_sinks:
+            r.append("no attention sinks (sinks)")
+        r.extend(self.extra_reasons(call))
+        return r
+
+    def extra_reasons(self, call: AttentionCall) -> list[str]:
+        """Backend-specific reasons it *cannot* serve the call, beyond the declared capabilities."""
+        return []
+
+    def speed_reasons(self, call: AttentionCall) -> list[str]:
+        """Reasons the backend *could* serve the call but would be slower than the next one.
+
+        ``backend="auto"`` honours them; ``backend=NAME`` ignores them, so a user can force a
+        backend that is correct but not the fastest choice."""
+        return []
+
+    def choice_notes(self, call: AttentionCall) -> list[str]:
+        """When ``auto`` chose this backend by a tuned constant: which, and what it measured
+        (``explain_dispatch`` prints them); empty otherwise."""
+        return []
+
+    def decision_reasons(self, call: AttentionCall, decision: NumericsDecision) -> list[str]:
+        """Reasons this backend cannot run ``call`` under the policy's ``decision`` (e.g. a
+        fused backward that would be inexact): dispatch then hands it to ``fallback``."""
+        return []
+
+    def fallback_notes(self, call: AttentionCall) -> list[str]:
+        """When the backend may hand a call back at run time (``kernel_checks``): what then
+        happens, for ``explain_dispatch``; empty otherwise."""
+        return []
+
+    def run(
+        self, call: AttentionCall, decision: NumericsDecision
+    ) -> tuple[Tensor, Tensor | None] | None:
+        """Compute (output (..., Lq, dv), weights (..., Lq, Lk) or None) under ``decision``
+        (the module docstring says what dispatch did before and does after)."""
+        raise NotImplementedError
