@@ -12,7 +12,7 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS, dispatch
-from attnkit.kernels.call.base import Backend
+from attnkit.kernels.call.backend import Backend
 
 TOL = 1e-10
 

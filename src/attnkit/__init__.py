@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnkit.lazy import lazy_exports
-
-__version__ = "0.1.0"
+from attnkit.version import __version__ as __version__
 
 _LAZY = {
     "PrecisionWarning": "attnkit.kernels.policy.precision",

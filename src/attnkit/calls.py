@@ -21,7 +21,8 @@ from torch import Tensor
 from attnkit import checks
 from attnkit import tensor_checks as tc
 from attnkit.kernels import dispatch
-from attnkit.kernels.call.base import AttentionCall, Backend, ungrouped
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall, ungrouped
 from attnkit.kernels.dispatch import CACHE, Choice, mask_key
 from attnkit.kernels.policy import numerics
 from attnkit.kernels.policy.scan import plan3

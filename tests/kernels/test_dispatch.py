@@ -18,7 +18,8 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS, dispatch
-from attnkit.kernels.call.base import AttentionCall, Backend
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.dispatch import WEIGHTS_LIMIT
 from tests.support.numerics import TOL, rel_err
 

@@ -13,8 +13,9 @@ import math
 import torch
 from torch import Tensor
 
-from attnkit.kernels.call.base import AttentionCall, Backend
-from attnkit.kernels.call.memo import NumericsDecision
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.policy.decision import NumericsDecision
 
 ADDITIVE_CHUNK_ELEMENTS = 2**24
 """Most (rows x Lk x h) tanh entries built at once by the additive path."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from attnkit.kernels.additive import AdditiveFusedBackend
 from attnkit.kernels.additive.chunked import AdditiveChunkedBackend
 from attnkit.kernels.blocksparse import BlocksparseBackend
-from attnkit.kernels.call.base import Backend
+from attnkit.kernels.call.backend import Backend
 from attnkit.kernels.decode import DecodeBackend
 from attnkit.kernels.dense import DenseBackend
 from attnkit.kernels.flex import FlexBackend

@@ -14,9 +14,10 @@ import torch
 import attnkit.masks as M
 from attnkit.kernels.additive.tiles import TilesKey
 from attnkit.kernels.call.base import AttentionCall
-from attnkit.kernels.call.memo import BlockMapKey, CallMemo, NumericsDecision
+from attnkit.kernels.call.memo import BlockMapKey, CallMemo
 from attnkit.kernels.policy import numerics as N
 from attnkit.kernels.policy import scan as S
+from attnkit.kernels.policy.decision import DECISION, NumericsDecision
 from tests.support.block_maps import np_block_classes
 
 
@@ -43,7 +44,11 @@ def _tight(call: AttentionCall) -> float:
 def test_decision_is_made_once_and_matches_the_bound(magnitude):
     call = _call(magnitude)
     d = N.decision(call)
-    assert isinstance(d, NumericsDecision) and N.decision(call) is d and call.memo.numerics is d
+    assert (
+        isinstance(d, NumericsDecision)
+        and N.decision(call) is d
+        and call.memo.entries[DECISION] is d
+    )
     overflow = torch.finfo(torch.float32).max / N.OVERFLOW_MARGIN
     want64 = _bound(call) >= overflow and _tight(call) >= overflow
     assert (d.compute == torch.float64) == want64
@@ -96,7 +101,7 @@ def test_every_call_object_has_its_own_memo():
     N.decision(call)
     call.block_map(4, 4)
     other = dataclasses.replace(call, q=call.q * 1e19, k=call.k * 1e19)
-    assert other.memo is not call.memo and other.memo.numerics is None and not other.memo.entries
+    assert other.memo is not call.memo and not other.memo.entries
     assert N.decision(other).compute == torch.float64  # decided again, for the new q
     fast = AttentionCall.dot(call.q, call.k, call.v, None, 0.5, 0.0, False, scan_plan=None)
     plan = S.plan3(call.q, call.k, call.v)

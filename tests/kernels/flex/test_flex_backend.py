@@ -192,7 +192,7 @@ def test_a_float64_decision_goes_to_math_with_its_reason():
     """The policy's stage decides float64 (scores that would overflow float32) or an explicit
     softmax's backward: flex cannot compute either, so dispatch hands the call to math and says
     why; the result is math's, checked against float64."""
-    from attnkit.kernels.call.memo import NumericsDecision
+    from attnkit.kernels.policy.decision import NumericsDecision
 
     q, k, v = _qkv(kv_len=41)
     call = _call(q, k, v, M.causal("bottom_right"))

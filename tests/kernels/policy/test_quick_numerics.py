@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from attnkit import masks as M
 from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.call.layout import ScanPlan, Span
 from attnkit.kernels.policy import numerics as N
 from attnkit.kernels.policy import scan as S
 from tests.support.layouts import LAYOUTS, make
@@ -207,12 +208,12 @@ def test_remembered_scan_plan_is_used_only_for_its_own_tensors():
 
     gen = torch.Generator().manual_seed(9)
     q, k, v = (torch.randn(2, 3, 7, 8, generator=gen) for _ in range(3))
-    assert S.plan3(q, k, v) == S.ScanPlan(*[S.Span(336, 1, 336)] * 3)
+    assert S.plan3(q, k, v) == ScanPlan(*[Span(336, 1, 336)] * 3)
     stepped = torch.randn(2, 3, 14, 16, generator=gen)[..., ::2, ::2]
     assert S.plan3(stepped, k, v) is None and S.plan3(q.double(), k, v) is None
     C.dot_call(q, k, v, None, None, 0.0, False, "auto", True)  # remembered
     call, _ = C.dot_call(q, k, v, None, None, 0.0, False, "auto", True)
-    assert call.memo.scan_plan == S.ScanPlan(*[S.Span(336, 1, 336)] * 3)
+    assert call.memo.scan_plan == ScanPlan(*[Span(336, 1, 336)] * 3)
     assert S.absmax3(q, k, v, call.memo.scan_plan) == tuple(S.absmax_torch(t) for t in (q, k, v))
     small = torch.randn(1, 1, 1, 8, generator=gen)
     small[0, 0, 0, 3] = math.inf

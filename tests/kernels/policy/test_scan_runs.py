@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnkit.kernels.call.layout import ScanPlan, Span
 from attnkit.kernels.policy import scan as S
 
 
@@ -32,9 +33,9 @@ def _packed_slices(b: int, length: int, heads: int, d: int, dtype: torch.dtype, 
 def test_packed_slice_is_runs_of_one_token():
     gen = torch.Generator().manual_seed(1)
     _, (q, k, v) = _packed_slices(2, 5, 3, 4, torch.float32, gen)
-    assert S.row_span(q) == S.Span(12, 10, 36)
+    assert S.row_span(q) == Span(12, 10, 36)
     assert S.dense_span(q) is None  # not one dense block: the runs path serves it
-    assert S.plan3(q, k, v) == S.ScanPlan(*[S.Span(12, 10, 36)] * 3)
+    assert S.plan3(q, k, v) == ScanPlan(*[Span(12, 10, 36)] * 3)
 
 
 @settings(max_examples=40, deadline=None)
@@ -71,9 +72,9 @@ def test_runs_that_overlap_or_break_the_lattice_are_not_read():
     overlapping = torch.as_strided(base, (4, 8), (4, 1))  # runs of 8 every 4: shared entries
     assert S.row_span(overlapping) is None
     irregular = torch.randn(4, 6, 10)[:, :, :3]  # runs of 3 at stride 10, then 60: a lattice
-    assert S.row_span(irregular) == S.Span(3, 24, 10)
+    assert S.row_span(irregular) == Span(3, 24, 10)
     broken = torch.randn(4, 6, 10)[:, ::2, :3]  # stride 20 then 60 over 3 rows: 60 == 20 * 3
-    assert S.row_span(broken) == S.Span(3, 12, 20)
+    assert S.row_span(broken) == Span(3, 12, 20)
     gap = torch.randn(4, 7, 10)[:, ::2, :3]  # strides 20 over 4 rows then 70: no lattice
     assert S.row_span(gap) is None
     for t in (overlapping, irregular, broken, gap):

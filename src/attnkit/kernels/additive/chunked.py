@@ -26,8 +26,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from attnkit.kernels.call.base import AttentionCall, Backend, lift_mask_tensor
-from attnkit.kernels.call.memo import NumericsDecision
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall, lift_mask_tensor
+from attnkit.kernels.policy.decision import NumericsDecision
 from attnkit.masks import TensorMask
 
 __all__ = ["CHUNK_KEYS", "TILE_ENTRIES", "AdditiveChunkedBackend", "additive_chunked"]

@@ -17,10 +17,12 @@ from torch import Tensor
 
 from attnkit.kernels.additive.autograd import AdditiveFunction
 from attnkit.kernels.additive.tiles import mask_tiles
-from attnkit.kernels.call.base import AttentionCall, Backend
-from attnkit.kernels.call.memo import NumericsDecision
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.math import plain_attention
 from attnkit.kernels.numba.runtime import numba_missing
 from attnkit.kernels.policy.additive import run_additive
+from attnkit.kernels.policy.decision import NumericsDecision
 
 
 class AdditiveFusedBackend(Backend):
@@ -63,8 +65,6 @@ def additive_fused(call: AttentionCall) -> Tensor:
 def _impl(call: AttentionCall, decision: NumericsDecision) -> tuple[Tensor, None]:
     """The fused kernels in float32 (torch's arithmetic of ``math`` when P5 asks for float64)."""
     if decision.compute != torch.float32:
-        from attnkit.kernels.math import plain_attention  # same layer, imported when needed
-
         return plain_attention(call, decision.compute)[0], None
     batch, lq, lk = call.batch_shape, call.q_len, call.kv_len
     h = call.w_v.shape[0]

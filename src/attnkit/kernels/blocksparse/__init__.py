@@ -56,9 +56,10 @@ from attnkit.kernels.blocksparse.keep import draw_seed
 from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_tile
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
-from attnkit.kernels.call.base import AttentionCall, Backend, fused_backward_reasons, ungrouped
-from attnkit.kernels.call.memo import NumericsDecision
-from attnkit.kernels.policy.mask_bias import mask_tensors
+from attnkit.kernels.call.backend import Backend, fused_backward_reasons
+from attnkit.kernels.call.base import AttentionCall, ungrouped
+from attnkit.kernels.policy.decision import NumericsDecision
+from attnkit.kernels.policy.mask_bias import bias_tensors
 from attnkit.kernels.policy.numerics import compute_dtype
 from attnkit.kernels.tuning import DEFAULT, Tuning, current
 
@@ -160,7 +161,7 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     else:
         out = BlocksparseFn.apply(q, k, v, plan, call.scale, sinks, *plan.grad_masks())
     if not plan.grad_masks() and call.needs_grad:  # every biased entry masked or skipped:
-        learned = [t for t in mask_tensors(call.mask) if t.requires_grad]
+        learned = [t for t in bias_tensors(call.mask) if t.requires_grad]
         if learned:  # the bias's gradient is exactly 0, and autograd must still reach it
             out = ZeroGradLink.apply(out, *learned)
     out = out.reshape(call.k.shape[:-2] + (call.q_len * g, out.shape[-1]))

@@ -44,10 +44,11 @@ import torch
 from torch import Tensor
 
 from attnkit.cpu import native_bf16
-from attnkit.kernels.call.base import AttentionCall, Backend
-from attnkit.kernels.call.memo import NumericsDecision
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.decode.kernel import attend
 from attnkit.kernels.decode.split_k import numba_missing
+from attnkit.kernels.policy.decision import NumericsDecision
 from attnkit.kernels.tuning import current
 
 __all__ = [

@@ -39,8 +39,8 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels.call.base import AttentionCall, lift_mask_tensor
-from attnkit.kernels.call.memo import NumericsDecision
 from attnkit.kernels.policy import numerics
+from attnkit.kernels.policy.decision import NumericsDecision
 from attnkit.kernels.policy.mask_bias import bias_bound, nonfinite_bias, refuse_nonfinite_bias
 from attnkit.kernels.policy.numerics import OVERFLOW_MARGIN, compute_dtype, nonfinite_rows
 from attnkit.kernels.policy.precision import Float64Reason, warn_float64

@@ -14,29 +14,7 @@ from torch import Tensor
 
 from attnkit.masks import Mask
 
-__all__ = ["bias_bound", "mask_leaves", "mask_tensors", "nonfinite_bias", "refuse_nonfinite_bias"]
-
-
-def mask_leaves(mask: Mask | None) -> list[Mask]:
-    """The leaf masks of a combination (the mask itself for a leaf; [] for None)."""
-    if mask is None:
-        return []
-    leaves = getattr(mask, "leaves", None)
-    if callable(leaves):
-        return list(leaves())
-    parts = [getattr(mask, n) for n in ("a", "b") if hasattr(mask, n)]
-    return [leaf for p in parts for leaf in mask_leaves(p)] if parts else [mask]
-
-
-def mask_tensors(mask: Mask | None) -> list[Tensor]:
-    """The floating tensors (additive biases) held by the leaves of ``mask``."""
-    return [
-        t
-        for leaf in mask_leaves(mask)
-        if leaf.has_bias
-        for t in leaf.tensors()
-        if t.is_floating_point()
-    ]
+__all__ = ["bias_bound", "nonfinite_bias", "refuse_nonfinite_bias"]
 
 
 def _finite_abs_max(t: Tensor) -> Tensor:
@@ -52,7 +30,7 @@ def bias_bound(mask: Mask | None, q_len: int, kv_len: int) -> Tensor:
     on the CPU unless a bias tensor lives elsewhere): the sum over its biased leaves (``&`` adds
     biases)."""
     total = torch.zeros((), dtype=torch.float64, device="cpu")
-    for leaf in mask_leaves(mask):
+    for leaf in () if mask is None else mask.leaves():
         if not leaf.has_bias:
             continue
         slopes = getattr(leaf, "slopes", getattr(leaf, "slope", None))
@@ -78,8 +56,13 @@ def refuse_nonfinite_bias() -> ValueError:
     )
 
 
+def bias_tensors(mask: Mask | None) -> tuple[Tensor, ...]:
+    """:meth:`Mask.bias_tensors <attnkit.masks.Mask.bias_tensors>`, () for no mask."""
+    return () if mask is None else mask.bias_tensors()
+
+
 def nonfinite_bias(mask: Mask | None, device: torch.device | str = "cpu") -> Tensor:
     """True (0-dim bool, on ``device`` when the mask has no bias tensor) when a bias tensor of
     ``mask`` holds NaN or +inf."""
-    flags = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in mask_tensors(mask)]
+    flags = [(t.detach().isnan() | (t.detach() == math.inf)).any() for t in bias_tensors(mask)]
     return torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool, device=device)

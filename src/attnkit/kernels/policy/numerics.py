@@ -28,7 +28,7 @@ max|q|, max|k| and the finiteness of q, k and v in one exact pass per tensor
 it cannot settle the call, the tight one. The policy is one stage of dispatch
 (:func:`attnkit.kernels.dispatch.run`), run once per call: :func:`prepare` decides and hands the
 backend the call (non-finite q, k, v replaced by 0) with its
-:class:`~attnkit.kernels.call.memo.NumericsDecision`; :func:`finish` rounds the result to the
+:class:`~attnkit.kernels.policy.decision.NumericsDecision`; :func:`finish` rounds the result to the
 call's dtype and sets the rows P6 names to NaN. Backends never call the policy themselves.
 
 The device path (:func:`device_path`; CUDA and every device but the CPU) decides without
@@ -56,10 +56,9 @@ import torch
 from torch import Tensor
 
 from attnkit.kernels.call.base import AttentionCall, ungrouped
-from attnkit.kernels.call.memo import NumericsDecision
 from attnkit.kernels.policy import kv_bounds
+from attnkit.kernels.policy.decision import DECISION, NumericsDecision
 from attnkit.kernels.policy.mask_bias import bias_bound, nonfinite_bias, refuse_nonfinite_bias
-from attnkit.kernels.policy.mask_bias import mask_tensors as mask_tensors  # its old import path
 from attnkit.kernels.policy.precision import Float64Reason, dot_reason, warn_float64
 from attnkit.kernels.policy.scan import absmax, absmax3
 
@@ -136,7 +135,7 @@ def input_scan(
 
 
 def decide(call: AttentionCall, qm: float, km: float, finite: bool) -> NumericsDecision:
-    """The :class:`~attnkit.kernels.call.memo.NumericsDecision` for ``call`` from the scan's
+    """The :class:`~attnkit.kernels.policy.decision.NumericsDecision` for ``call`` from the scan's
     max|q| and max|k| and the finiteness of q, k, v (:func:`input_scan`): the cheap bound
     max|q| max|k| d scale + max|bias| first; only when it reaches a threshold of P5 the tight
     bound (row 2-norms, Cauchy-Schwarz), which costs a pass over q and k in float64."""
@@ -217,14 +216,14 @@ def decision(call: AttentionCall) -> NumericsDecision:
     """The policy's decision for a dot-product call: the one entry point (:func:`input_scan`,
     then :func:`decide`; :func:`on_device` on the device path), made once per call (kept in
     ``call.memo``)."""
-    d = call.memo.numerics
-    if d is None:
-        if device_path(call.q.device):
-            d = on_device(call.dtype)
-        else:
-            d = decide(call, *input_scan(call))
-        call.memo.numerics = d
-    return d
+    return call.memo.get(DECISION, lambda: _decided(call))
+
+
+def _decided(call: AttentionCall) -> NumericsDecision:
+    """:func:`decision` made now."""
+    if device_path(call.q.device):
+        return on_device(call.dtype)
+    return decide(call, *input_scan(call))
 
 
 def numerics(call: AttentionCall) -> tuple[torch.dtype, bool]:

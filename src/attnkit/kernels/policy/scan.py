@@ -33,18 +33,16 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
+from attnkit.kernels.call.layout import ScanPlan, Span
 from attnkit.kernels.tuning import DEFAULT, current
 
 __all__ = [
-    "ScanPlan",
-    "Span",
     "absmax",
     "absmax3",
     "absmax_bits",
@@ -104,17 +102,6 @@ def dense_span(t: Tensor) -> int | None:
     :func:`row_span` when it is a single run."""
     span = row_span(t)
     return span.width if span is not None and span.rows == 1 else None
-
-
-@dataclass(frozen=True)
-class Span:
-    """Where a tensor's distinct entries lie, from ``t.data_ptr()``, in elements: ``rows`` runs
-    of ``width`` contiguous entries, run ``r`` starting at ``r * stride`` (``rows == 1``: one
-    dense block of ``width`` entries)."""
-
-    width: int
-    rows: int
-    stride: int
 
 
 def row_span(t: Tensor) -> Span | None:
@@ -222,22 +209,6 @@ def absmax_bits(t: Tensor) -> float | None:
     width = t.element_size()
     fn = {2: kern.absmax_bits16, 4: kern.absmax_bits32, 8: kern.absmax_bits64}[width]
     return _from_bits(fn(*block), t.dtype)
-
-
-@dataclass(frozen=True)
-class ScanPlan:
-    """What the bit scan reads of a call signature's q, k and v: their runs (:func:`row_span`),
-    each read from the tensor's ``data_ptr()``.
-
-    It depends only on what a call signature of :mod:`attnkit.kernels.dispatch` fixes (tensor
-    type, dtype, device, shape, strides): dispatch remembers it with the choice
-    (:func:`plan3`, once per signature) and hands it to every call of the signature
-    (``call.memo.scan_plan``), so :func:`absmax3` skips these checks on repeated signatures.
-    """
-
-    q: Span
-    k: Span
-    v: Span
 
 
 def plan3(q: Tensor, k: Tensor, v: Tensor) -> ScanPlan | None:

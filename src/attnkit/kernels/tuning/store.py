@@ -33,6 +33,7 @@ from attnkit.files import write_atomic
 from attnkit.kernels.tuning import ranges as tuning_ranges
 from attnkit.kernels.tuning.sureness import Sureness
 from attnkit.kernels.tuning.values import DEFAULT, Tuning, constants
+from attnkit.version import __version__
 
 __all__ = [
     "SCHEMA",
@@ -79,9 +80,7 @@ def machine_key() -> dict[str, str]:
     """What a stored tuning must have been measured under: CPU model, torch, attnkit."""
     import torch
 
-    import attnkit
-
-    return {"cpu": cpu_model(), "torch": torch.__version__, "attnkit": attnkit.__version__}
+    return {"cpu": cpu_model(), "torch": torch.__version__, "attnkit": __version__}
 
 
 def cache_dir() -> Path:
