@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit import calls, heads, kernels, reference
+from attnkit import call_checks, calls, heads, kernels, reference
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit.kernels import blocksparse as bs
@@ -214,7 +214,7 @@ def test_repeated_grouped_signature_is_not_dispatched_again(monkeypatch):
     )
     selects = []
     monkeypatch.setattr(dispatch, "select", lambda *a, **kw: selects.append(a) or 1 / 0)
-    monkeypatch.setattr(calls, "_check_grouped", lambda *a: 1 / 0)
+    monkeypatch.setattr(call_checks, "check_grouped", lambda *a: 1 / 0)
     out = F.grouped_query_attention(q, k, v, mask)
     assert selects == []
     assert rel_err(out, ref) <= 1e-10

@@ -28,9 +28,9 @@ from datetime import datetime, timezone
 import torch
 
 from attnkit import masks as M
+from attnkit.calls import parse
 from attnkit.functional import additive_attention, scaled_dot_product_attention
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
-from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.policy import scan
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
 from attnkit.kernels.tuning.results import Budget, Found, Tuned
@@ -120,7 +120,7 @@ def _padded(b: int, h: int, length: int, d: int, lengths: torch.Tensor):
     q, k, v = _qkv(b, h, length, d)
     mask = M.key_padding(lengths)
     t = current()
-    call = AttentionCall.dot(q, k, v, mask, d**-0.5, 0.0, False)
+    call = parse("dot", q, k, v, mask, scale=d**-0.5, select=False).call
     e = empty_blocks(call, t.blocksparse_block_q, t.blocksparse_block_kv)
     decides = e.every < t.blocksparse_min_empty <= e.each
     return q, k, v, mask, (e.skipped_per_call if decides else None)

@@ -276,6 +276,7 @@ class ChoiceCache:
     def __init__(self, size: int = 512) -> None:
         self.size = size
         self._entries: dict[tuple, Choice] = {}
+        self._backends: dict[str, Backend] = {}  # the registry, from the first put
 
     def get(self, key: tuple, mask: object) -> Choice | None:
         c = self._entries.get(key)
@@ -283,7 +284,7 @@ class ChoiceCache:
             return None
         if c.mask_ref is not None and c.mask_ref() is not mask:
             return None  # the id now belongs to another object
-        if backends().get(c.backend.name) is not c.backend:
+        if self._backends.get(c.backend.name) is not c.backend:
             return None  # the registry changed
         return c
 
@@ -295,6 +296,7 @@ class ChoiceCache:
         mask: object,
         scan_plan: ScanPlan | None = None,
     ) -> None:
+        self._backends = backends()
         ref = None if mask is None else weakref.ref(mask)
         self._entries[key] = Choice(backend, options, ref, scan_plan)
         while len(self._entries) > self.size:

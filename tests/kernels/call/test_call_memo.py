@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import attnkit.masks as M
+from attnkit.calls import parse
+from attnkit.kernels import dispatch
 from attnkit.kernels.additive.tiles import TilesKey
 from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.call.memo import BlockMapKey, CallMemo
@@ -103,8 +105,9 @@ def test_every_call_object_has_its_own_memo():
     other = dataclasses.replace(call, q=call.q * 1e19, k=call.k * 1e19)
     assert other.memo is not call.memo and not other.memo.entries
     assert N.decision(other).compute == torch.float64  # decided again, for the new q
-    fast = AttentionCall.dot(call.q, call.k, call.v, None, 0.5, 0.0, False, scan_plan=None)
-    plan = S.plan3(call.q, call.k, call.v)
-    planned = AttentionCall.dot(call.q, call.k, call.v, None, 0.5, 0.0, False, scan_plan=plan)
-    assert fast.memo.scan_plan is None and planned.memo.scan_plan == plan
-    assert planned.memo is not fast.memo
+    dispatch.clear_cache()
+    checked = parse("dot", call.q, call.k, call.v, scale=0.5).call  # remembered, with its plan
+    planned = parse("dot", call.q, call.k, call.v, scale=0.5).call  # from the remembered choice
+    assert checked.memo.scan_plan is None
+    assert planned.memo.scan_plan == S.plan3(call.q, call.k, call.v)
+    assert planned.memo is not checked.memo

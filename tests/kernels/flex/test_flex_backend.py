@@ -41,7 +41,9 @@ def _qkv(shape=(2, 2, 33, 16), dtype=torch.float32, grad=False, device="cpu", kv
 
 def _call(q, k, v, mask, **kw):
     p, rw = kw.pop("dropout_p", 0.0), kw.pop("rw", False)
-    return AttentionCall.dot(q, k, v, mask, 0.25, p, rw, **kw)
+    return AttentionCall(
+        "dot", q, k, v, mask=mask, scale=0.25, dropout_p=p, return_weights=rw, **kw
+    )
 
 
 def test_registered_after_decode_in_the_preference_order():

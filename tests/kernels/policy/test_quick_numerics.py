@@ -211,8 +211,8 @@ def test_remembered_scan_plan_is_used_only_for_its_own_tensors():
     assert S.plan3(q, k, v) == ScanPlan(*[Span(336, 1, 336)] * 3)
     stepped = torch.randn(2, 3, 14, 16, generator=gen)[..., ::2, ::2]
     assert S.plan3(stepped, k, v) is None and S.plan3(q.double(), k, v) is None
-    C.dot_call(q, k, v, None, None, 0.0, False, "auto", True)  # remembered
-    call, _ = C.dot_call(q, k, v, None, None, 0.0, False, "auto", True)
+    C.parse("dot", q, k, v)  # remembered
+    call = C.parse("dot", q, k, v).call
     assert call.memo.scan_plan == ScanPlan(*[Span(336, 1, 336)] * 3)
     assert S.absmax3(q, k, v, call.memo.scan_plan) == tuple(S.absmax_torch(t) for t in (q, k, v))
     small = torch.randn(1, 1, 1, 8, generator=gen)

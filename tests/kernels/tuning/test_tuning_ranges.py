@@ -68,7 +68,9 @@ def test_the_decode_backend_follows_the_ranges_in_use(monkeypatch, lk, want):
     k, v = torch.randn(1, 8, lk, 64), torch.randn(1, 8, lk, 64)
     bound = 2 * 8 * 2048 * 64 * 4  # the k and v bytes of Lk = 2048
     ranges = ((bound, R.SPLIT_K), (R.TOP, R.TORCH))
-    call = AttentionCall.dot(q, k, v, None, 0.125, 0.0, False)
+    call = AttentionCall(
+        "dot", q, k, v, mask=None, scale=0.125, dropout_p=0.0, return_weights=False
+    )
     with use(dataclasses.replace(current(), decode_split_k_ranges=ranges)):
         out, _ = dispatch.run(call, decode_backend.DecodeBackend())  # the redo: on dense
     assert seen == [want]

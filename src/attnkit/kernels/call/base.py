@@ -20,7 +20,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnkit.kernels.call.layout import ScanPlan
 from attnkit.kernels.call.memo import BlockMapKey, CallMemo, DenseMaskKey
 from attnkit.masks import Intersection, Mask, TensorMask
 from attnkit.masks.blocks import saturate
@@ -64,34 +63,6 @@ class AttentionCall:
     softcap: float | None = None
     sinks: Tensor | None = None
     memo: CallMemo = field(default_factory=CallMemo, init=False, compare=False, repr=False)
-
-    @classmethod
-    def dot(
-        cls,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Mask | None,
-        scale: float,
-        dropout_p: float,
-        return_weights: bool,
-        softcap: float | None = None,
-        sinks: Tensor | None = None,
-        scan_plan: ScanPlan | None = None,
-    ) -> AttentionCall:
-        """``AttentionCall("dot", q, k, v, mask, scale, dropout_p, return_weights)`` for
-        arguments already checked, built without the frozen dataclass's per-field
-        ``object.__setattr__`` (a per-call cost on the dispatch's fast path); ``scan_plan``:
-        :func:`~attnkit.kernels.policy.scan.plan3` of q, k and v's signature, for the input scan."""
-        self = object.__new__(cls)
-        self.__dict__.update(
-            kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
-            return_weights=return_weights, w_q=None, w_k=None, w_v=None, softcap=softcap,
-            sinks=sinks, memo=CallMemo(),
-        )  # fmt: skip
-        if scan_plan is not None:
-            self.memo.scan_plan = scan_plan
-        return self
 
     @property
     def batch_shape(self) -> tuple[int, ...]:

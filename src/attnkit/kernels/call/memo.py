@@ -2,10 +2,10 @@
 
 A call's path (drawn in ``docs/architecture.md``)::
 
-    functional ── calls.dot_call ──▶ AttentionCall ── dispatch.select ──▶ Backend
-      (user args)   (validation,        (q, k, v, mask, options; memo: CallMemo)
-                     or a remembered
-                     Choice + ScanPlan)
+    functional ── calls.parse ──▶ AttentionCall ── dispatch.select ──▶ Backend
+      (user args)  (validation,      (q, k, v, mask, options; memo: CallMemo)
+                    or a remembered
+                    Choice + ScanPlan)
     dispatch.run ── numerics.prepare ──▶ (call, NumericsDecision) ── Backend.run(call, decision)
                     (input scan with the call's ScanPlan,          block map ──▶ backend plan
                      or no scan: the device path)
@@ -84,14 +84,14 @@ class CallMemo:
     scan_plan: ScanPlan | None = None
     entries: dict[MemoKey, object] | None = None  # made on first use
 
-    def get(self, key: MemoKey[E], build: Callable[[], E]) -> E:
-        """The entry under ``key``, built by ``build()`` and kept on first use."""
+    def get(self, key: MemoKey[E], build: Callable[..., E], *args: object) -> E:
+        """The entry under ``key``, built by ``build(*args)`` and kept on first use."""
         entries = self.entries
         if entries is None:
             entries = self.entries = {}
         if key in entries:
             return entries[key]  # type: ignore[return-value]
-        value = entries[key] = build()
+        value = entries[key] = build(*args)
         return value
 
     def __repr__(self) -> str:

@@ -145,7 +145,7 @@ def decide(call: AttentionCall, qm: float, km: float, finite: bool) -> NumericsD
         bm, bad_bias = torch.stack([e.double().cpu() for e in extra]).tolist()
         if bad_bias:
             raise refuse_nonfinite_bias()
-    dtype = compute_dtype(call.dtype)
+    dtype = compute_dtype(call.q.dtype)  # call.q.dtype: the call's dtype, read per call
     qk, tight = qm * km * call.q.shape[-1] * abs(call.scale), False
     bound = softmax_bound(call, qk, bm)
     overflow, grad_limit = _limits(dtype)
@@ -216,13 +216,13 @@ def decision(call: AttentionCall) -> NumericsDecision:
     """The policy's decision for a dot-product call: the one entry point (:func:`input_scan`,
     then :func:`decide`; :func:`on_device` on the device path), made once per call (kept in
     ``call.memo``)."""
-    return call.memo.get(DECISION, lambda: _decided(call))
+    return call.memo.get(DECISION, _decided, call)
 
 
 def _decided(call: AttentionCall) -> NumericsDecision:
     """:func:`decision` made now."""
     if device_path(call.q.device):
-        return on_device(call.dtype)
+        return on_device(call.q.dtype)
     return decide(call, *input_scan(call))
 
 
@@ -331,10 +331,11 @@ def finish(
     """The policy stage's second half: results in the call's dtype; the rows that read NaN/inf
     set to NaN (P6: from the host-side rows of :func:`nonfinite_rows` after a scan; on the
     device path every row that is not finite, by one device-side select)."""
-    if out.dtype != call.dtype:
-        out = out.to(call.dtype)
-    if weights is not None and weights.dtype != call.dtype:
-        weights = weights.to(call.dtype)
+    dtype = call.q.dtype
+    if out.dtype != dtype:
+        out = out.to(dtype)
+    if weights is not None and weights.dtype != dtype:
+        weights = weights.to(dtype)
     if d.checked == "device":
         bad = device_bad_rows(call.q, call.k, call.v, out)
     elif not d.finite:
