@@ -11,7 +11,7 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS, dispatch
-from attnkit.kernels.base import Backend
+from attnkit.kernels.call.backend import Backend
 from tests.support import masks as S
 from tests.support.numerics import rel_err
 

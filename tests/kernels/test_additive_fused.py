@@ -26,8 +26,8 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS
-from attnkit.kernels import additive_fused as AF
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels import additive as AF
+from attnkit.kernels.call.base import AttentionCall
 from tests.support import masks as S
 from tests.support.numerics import rel_err
 
@@ -279,7 +279,7 @@ def test_first_writable_cache_dir(tmp_path):
 
 def test_cache_dir_is_per_cpu_target(tmp_path, monkeypatch):
     """Kernels compiled for NUMBA_CPU_NAME=generic (make test-portable) get their own directory."""
-    from attnkit.kernels.numba_runtime import cache_dir
+    from attnkit.kernels.numba.runtime import cache_dir
 
     src = tmp_path / "k.py"
     src.write_text("x = 1\n")
@@ -299,7 +299,7 @@ BOUNDSCHECK_SCRIPT = textwrap.dedent(
     """
     import json, numba, numpy as np, torch
     from attnkit import functional as F, masks as M
-    from attnkit.kernels import additive_fused as AF
+    from attnkit.kernels import additive as AF
 
     @numba.njit
     def oob(a):

@@ -14,7 +14,7 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference
 from attnkit.kernels import dispatch
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 from tests.support import masks as S
 from tests.support.numerics import rel_err
 

@@ -4,7 +4,7 @@
   w_v ~ 1e30 the scores (~1e30) fit float32, but the gradient of the tanh layer,
   dS_ij w_v (1 - tanh^2) ~ 1e40, does not; ``math`` returned inf - inf = NaN gradients of q,
   W_q and W_k whose true values are small (|dW_k| ~ 6e8). P5's bound now covers that
-  intermediate (``attnkit.kernels.additive_fused.policy``), so such calls run in float64.
+  intermediate (``attnkit.kernels.policy.additive``), so such calls run in float64.
 
 - ``additive_fused`` computed tanh's derivative as 1 - t² from the float32 t = tanh(x): near
   saturation t is within an ulp of +-1 and 1 - t² keeps few bits (relative error 2e-5 in dq at
