@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.train import session
-from attnkit.train import tokenizer as tk
 from attnkit.train.config import TrainConfig
-from attnkit.train.trainer import train
+from attnkit.train.data import tokenizer as tk
+from attnkit.train.loop import session
+from attnkit.train.loop.trainer import train
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PAIRS = "".join(f"I like the {w}.\tJ'aime le {w}.\nIs it {w} ?\tEst-ce {w}\u202f?\n" for w in

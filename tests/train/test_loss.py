@@ -14,13 +14,13 @@ import torch
 
 from attnkit.models.lm import LMConfig, TransformerLM
 from attnkit.train.config import TrainConfig
+from attnkit.train.data.packing import default_row_length
+from attnkit.train.data.tasks import prepare
+from attnkit.train.data.tokenizer import PAD
+from attnkit.train.inference.metrics import heldout_loss, perplexity
+from attnkit.train.loop.steps import LMHeadLoss, heldout_examples
+from attnkit.train.loop.trainer import train
 from attnkit.train.loss import chunked_head_loss, token_cross_entropy
-from attnkit.train.metrics import heldout_loss, perplexity
-from attnkit.train.packing import default_row_length
-from attnkit.train.steps import LMHeadLoss, heldout_examples
-from attnkit.train.tasks import prepare
-from attnkit.train.tokenizer import PAD
-from attnkit.train.trainer import train
 from tests.support.train_log import logged, resumed_logs
 
 
@@ -201,8 +201,8 @@ def test_checkpointed_training_resumes_bit_identically(tmp_path, tiny, rhyme_fil
 def test_host_target_count_equals_the_non_pad_targets_of_a_batch():
     """The step's token count comes from the host (nothing read back from a GPU); it must be
     the count of non-PAD targets that the loss sums over, PAD ids inside a sequence included."""
-    from attnkit.train.batches import batch_logits, target_count
-    from attnkit.train.tokenizer import PAD
+    from attnkit.train.data.batches import batch_logits, target_count
+    from attnkit.train.data.tokenizer import PAD
 
     class Echo(torch.nn.Module):  # logits are irrelevant: only the targets are read
         def forward(self, *xs):

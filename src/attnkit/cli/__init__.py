@@ -13,7 +13,8 @@ standard library, :mod:`attnkit.cli.common` and torch- and numpy-free modules (`
 ``run()``::
 
     def run(ns: argparse.Namespace) -> int:
-        from attnkit.train import metrics, session   # heavy: torch, numpy
+        from attnkit.train.inference import metrics   # heavy: torch, numpy
+        from attnkit.train.loop import session
         ...
 
 Defaults shown in ``--help`` come from such light modules, never from a module that imports

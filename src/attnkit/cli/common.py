@@ -156,8 +156,8 @@ def add_device(p: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def on_device(name: str) -> Iterator[None]:
     """Check ``--device`` (UsageError naming it when absent), then run the block with that
-    device as torch's default (:mod:`attnkit.train.device`)."""
-    from attnkit.train.device import resolve, use_device
+    device as torch's default (:mod:`attnkit.devices`)."""
+    from attnkit.devices import resolve, use_device
 
     with option_names({"device": "--device"}):
         device = resolve(name)

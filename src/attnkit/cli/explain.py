@@ -288,9 +288,9 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
         raise UsageError("--model: give the SENTENCE to run through the model")
     from attnkit.checks import positive_int
     from attnkit.cli import model_attentions as ma
+    from attnkit.devices import current
     from attnkit.explain import model_attention as mat
     from attnkit.explain import token_attention as tat
-    from attnkit.train.device import current
 
     top_k = TOP_K if ns.top_k is None else ns.top_k
     positive_int("top_k", top_k)  # before any work

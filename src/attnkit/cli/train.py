@@ -11,7 +11,11 @@ from pathlib import Path
 
 from attnkit.cli.common import UsageError, add_device, on_device, option_names
 
-SCHEDULES = ("noam", "cosine", "constant")  # attnkit.train.schedule.SCHEDULES (no torch import)
+SCHEDULES = (
+    "noam",
+    "cosine",
+    "constant",
+)  # attnkit.train.loop.schedule.SCHEDULES (no torch import)
 
 
 def _betas(text: str) -> tuple[float, float]:
@@ -252,8 +256,8 @@ def _fresh_out(task: str) -> Path:
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
     from attnkit.train.config import LM_STEPS, TrainConfig
-    from attnkit.train.session import read_train_config
-    from attnkit.train.trainer import TrainingInterrupted, train
+    from attnkit.train.loop.session import read_train_config
+    from attnkit.train.loop.trainer import TrainingInterrupted, train
 
     given = {f: getattr(ns, o[2:].replace("-", "_")) for o, (f, _) in OPTIONS.items()}
     given = {k: v for k, v in given.items() if v is not None}
@@ -293,7 +297,7 @@ def run(ns: argparse.Namespace) -> int:
         except TrainingInterrupted as e:
             print(e, file=sys.stderr)
             return 130
-    from attnkit.train.distributed import is_main_process
+    from attnkit.train.loop.distributed import is_main_process
 
     if not is_main_process():  # under torchrun only rank 0 writes and reports
         return 0
@@ -321,7 +325,7 @@ def _summary(log: Path) -> None:
 
 
 def _run_dir_of(resume: str) -> Path:
-    from attnkit.train.checkpoint import find_checkpoint
+    from attnkit.train.loop.checkpoint import find_checkpoint
 
     return find_checkpoint(resume).parent
 
@@ -330,7 +334,7 @@ def _trained_example(out: Path) -> str:
     """A source sentence the model of run ``out`` was trained on, quoted for a shell."""
     import shlex
 
-    from attnkit.train.checkpoint import find_checkpoint
+    from attnkit.train.loop.checkpoint import find_checkpoint
 
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
     first_line = sample.read_text(encoding="utf-8").splitlines()[0]
@@ -351,8 +355,8 @@ def _lm_prompt(out: Path) -> str:
     line that has a word (e.g. "ROMEO:" for tiny Shakespeare), at most 4 words."""
     import shlex
 
-    from attnkit.train.checkpoint import find_checkpoint
-    from attnkit.train.lm_generate import suggested_prompt
+    from attnkit.train.inference.lm_generate import suggested_prompt
+    from attnkit.train.loop.checkpoint import find_checkpoint
 
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
     lines = sample.read_text(encoding="utf-8").splitlines() if sample.is_file() else []

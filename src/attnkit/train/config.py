@@ -119,7 +119,7 @@ class TrainConfig:
     ``batch_size`` sequences.
     Packing and long context: ``pack`` several sequences into each row of ``max_len`` tokens
     (document masks keep them apart, positions restart; default row: lm ``block_size``, the
-    encoder-decoder tasks :func:`attnkit.train.packing.default_row_length` of the training
+    encoder-decoder tasks :func:`attnkit.train.data.packing.default_row_length` of the training
     pairs, twice the longest rounded up to a multiple of 32, chosen when the data is read);
     ``max_len`` for lm is also its training window (it replaces ``block_size``); ``window``: the
     lm attends locally, each token to itself and the ``window`` tokens before it;
@@ -130,7 +130,7 @@ class TrainConfig:
     invocation's budget: on resume, extra time) (None = no limit; at least one must be set),
     logging, evaluation and checkpoint intervals in steps, ``keep`` last checkpoints, torch
     ``threads`` (None = torch's default).
-    Several processes (torchrun, :mod:`attnkit.train.distributed`): each optimiser step
+    Several processes (torchrun, :mod:`attnkit.train.loop.distributed`): each optimiser step
     accumulates gradients over ``accumulate`` micro-batches of ``batch_size`` per process, so a
     step sees processes x accumulate x batch_size sequences; ``dist_timeout`` seconds bound
     every wait for another process.
@@ -140,11 +140,11 @@ class TrainConfig:
     BLEU, encoder-decoder tasks) decides ``best/``; ``early_stop`` N stops after N evaluations
     in a row without improvement (None = never).
     Language models (issue 20): ``lines`` False (the default for lm, unless ``pack``) reads the
-    file as one token stream (:mod:`attnkit.train.stream`: random windows, the contiguous tail
+    file as one token stream (:mod:`attnkit.train.data.stream`: random windows, the contiguous tail
     held out, ``valid_fraction`` 0.1; lines mode 0.05); ``schedule`` noam, cosine or constant
-    (:mod:`attnkit.train.schedule`: ``lr`` peak, default 1e-3, ``min_lr`` floor, default lr/10;
+    (:mod:`attnkit.train.loop.schedule`: ``lr`` peak, default 1e-3, ``min_lr`` floor, default lr/10;
     cosine decays over ``max_steps``); AdamW ``betas``; ``weight_decay`` on matrices only
-    (:mod:`attnkit.train.optim`); model ``tie_embeddings`` (default True), ``norm_first``,
+    (:mod:`attnkit.train.loop.optim`); model ``tie_embeddings`` (default True), ``norm_first``,
     ``bias``, ``activation`` (lm gelu, seq2seq relu); ``bf16`` autocast (CPUs with native bf16).
     ``positions`` (lm, issue 21): "sinusoidal" or "learned" (GPT-2 / nanoGPT: a learned table of
     ``block_size`` rows, embeddings not scaled; :mod:`attnkit.models.lm_positions`).
@@ -227,7 +227,7 @@ class TrainConfig:
         if c.max_len is not None and positive_int("max_len", c.max_len) and c.task == "lm":
             c.block_size = c.max_len  # one length for lm windows and packed rows
         if c.pack is True and c.max_len is None and c.task == "lm":
-            c.max_len = c.block_size  # seq2seq: from the data (attnkit.train.tasks.prepare)
+            c.max_len = c.block_size  # seq2seq: from the data (attnkit.train.data.tasks.prepare)
         _resolve_lm_recipe(c)
         if c.data is not None:  # one spelling per file, whatever the working directory
             c.data = str(Path(c.data).expanduser().resolve())

@@ -2,9 +2,10 @@
 target that is not PAD, optionally divided by their number.
 
 Every loss in :mod:`attnkit.train` goes through :func:`token_cross_entropy`: the trainer's step
-(sum, normalised later over all micro-batches and processes), :func:`attnkit.train.packing.
-packed_loss` (mean), the held-out NLL of :mod:`attnkit.train.metrics` (sum, in float64) and the
-per-sequence losses of packed batches (per token).
+(sum, normalised later over all micro-batches and processes),
+:func:`attnkit.train.data.packing.packed_loss` (mean), the held-out NLL of
+:mod:`attnkit.train.inference.metrics` (sum, in float64) and the per-sequence losses of packed
+batches (per token).
 
 :func:`chunked_head_loss` computes the same sum from the hidden states before the generator, a
 chunk of rows at a time, each chunk recomputed in the backward pass: the full (N, V) logits,
@@ -23,7 +24,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from attnkit import checks
-from attnkit.train.tokenizer import PAD
+from attnkit.train.data.tokenizer import PAD
 
 __all__ = ["REDUCTIONS", "chunked_head_loss", "token_cross_entropy"]
 
