@@ -171,7 +171,12 @@ def lm_loss(side: str, ours, peer, x, y, peer_mask) -> Callable[[], torch.Tensor
     peer.checkpoint_layers = True
     return lambda: (
         chunked_head_loss(
-            peer.hidden(x, peer_mask()), y, peer.head, label_smoothing=SMOOTHING, chunk=CHUNK
+            peer.hidden(x, peer_mask()),
+            y,
+            peer.head,
+            pad_id=tk.PAD,
+            label_smoothing=SMOOTHING,
+            chunk=CHUNK,
         )[0]
         / n
     )

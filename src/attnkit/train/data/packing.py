@@ -291,6 +291,7 @@ def packed_loss(
     return token_cross_entropy(
         packed_logits(model, batch),
         batch.targets,
+        pad_id=PAD,
         label_smoothing=label_smoothing,
         reduction="mean",
     )
@@ -298,7 +299,9 @@ def packed_loss(
 
 def sequence_losses(model: torch.nn.Module, batch: PackedBatch) -> Tensor:
     """Summed NLL of every packed sequence, (N,) in the order given to the pack function."""
-    nll, _ = token_cross_entropy(packed_logits(model, batch), batch.targets, reduction="none")
+    nll, _ = token_cross_entropy(
+        packed_logits(model, batch), batch.targets, pad_id=PAD, reduction="none"
+    )
     n = sum(len(r) for r in batch.rows)
     out = nll.new_zeros(n)
     for ri, row in enumerate(batch.rows):

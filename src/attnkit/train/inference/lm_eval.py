@@ -101,7 +101,7 @@ def score_stream(
                 x[r, : end - start] = ids_t[start:end]
                 y[r, first - start : end - start] = ids_t[first + 1 : end + 1]
             logits = model(x)
-            s, n = token_cross_entropy(logits, y, dtype=torch.float64)
+            s, n = token_cross_entropy(logits, y, pad_id=PAD, dtype=torch.float64)
             total, count = total + float(s), count + n
     finally:
         model.train(was_training)

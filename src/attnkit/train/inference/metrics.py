@@ -38,7 +38,7 @@ def heldout_loss(
     total, count = 0.0, 0
     for i in range(0, len(examples), batch_size):
         logits, y = batch_logits(model, kind, examples[i : i + batch_size], pack)
-        s, n = token_cross_entropy(logits, y, dtype=torch.float64)
+        s, n = token_cross_entropy(logits, y, pad_id=tk.PAD, dtype=torch.float64)
         total, count = total + float(s), count + n
     return total / max(count, 1)
 

@@ -69,7 +69,12 @@ class LMHeadLoss(nn.Module):
         token loss (0-dim)."""
         h = self.lm.hidden(tokens, doc_ids, position_ids)
         loss, _ = chunked_head_loss(
-            h, targets, self.lm.head, label_smoothing=self.label_smoothing, chunk=self.chunk
+            h,
+            targets,
+            self.lm.head,
+            pad_id=tk.PAD,
+            label_smoothing=self.label_smoothing,
+            chunk=self.chunk,
         )
         return loss
 
@@ -98,7 +103,7 @@ def loss_sum(
         return model(x, y), target_count(kind, batch)
     logits, y = batch_logits(model, kind, batch, pack)
     count = target_count(kind, batch)  # on the host: packed or padded, the same targets
-    return token_cross_entropy(logits, y, label_smoothing=smoothing, count=count)
+    return token_cross_entropy(logits, y, pad_id=tk.PAD, label_smoothing=smoothing, count=count)
 
 
 def optimizer_step(
