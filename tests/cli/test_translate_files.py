@@ -14,7 +14,7 @@ import torch
 from attnkit.cli import main
 from attnkit.train.config import TrainConfig
 from attnkit.train.data.tasks import seq2seq_example
-from attnkit.train.loop import session
+from attnkit.train.inference import session
 from attnkit.train.loop.trainer import train
 
 SENTENCES = ["0 1 2", "3 4 5 0 1", "2 2", "5 4 3 2 1", "1"]

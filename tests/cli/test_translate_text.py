@@ -14,7 +14,7 @@ import pytest
 
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import tokenizer as tk
-from attnkit.train.loop import session
+from attnkit.train.inference import session
 from attnkit.train.loop.trainer import train
 
 SRC = Path(__file__).resolve().parents[2] / "src"

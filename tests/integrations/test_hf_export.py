@@ -17,7 +17,7 @@ from attnkit.integrations.hf_export import UnfaithfulExport, export_seq2seq  # n
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
 from attnkit.train.data.tasks import seq2seq_example  # noqa: E402
-from attnkit.train.loop import session  # noqa: E402
+from attnkit.train.inference import session  # noqa: E402
 from attnkit.train.loop.trainer import train  # noqa: E402
 
 

@@ -24,7 +24,7 @@ from attnkit.integrations.hf_export_lm import export_lm  # noqa: E402
 from attnkit.models.lm import LMConfig, TransformerLM  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
 from attnkit.train.data import tokenizer as tk  # noqa: E402
-from attnkit.train.loop import session  # noqa: E402
+from attnkit.train.inference import session  # noqa: E402
 from attnkit.train.loop.trainer import train  # noqa: E402
 from tests.train.conftest import RHYME  # noqa: E402
 

@@ -18,9 +18,9 @@ from tokenizers import Tokenizer, models
 
 from attnkit.nn import MultiHeadAttention
 from attnkit.nn.projection import InProjection, pack_legacy, unpack
+from attnkit.train.checkpoint import FORMAT, write_checkpoint
 from attnkit.train.config import TrainConfig
-from attnkit.train.loop import session
-from attnkit.train.loop.checkpoint import FORMAT, write_checkpoint
+from attnkit.train.inference import session
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "old_qkv"
 REF = st.load_file(str(OLD / "outputs.safetensors"))

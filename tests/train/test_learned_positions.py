@@ -12,8 +12,8 @@ import torch
 
 from attnkit.models.lm import LMConfig, TransformerLM
 from attnkit.train.config import TrainConfig
+from attnkit.train.inference import session
 from attnkit.train.inference.lm_generate import generate_ids
-from attnkit.train.loop import session
 from attnkit.train.loop.trainer import train
 from tests.support.train_log import resumed_logs
 

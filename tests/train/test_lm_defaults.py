@@ -21,8 +21,8 @@ from attnkit.cli import main
 from attnkit.train.config import TrainConfig
 from attnkit.train.data import tokenizer as tk
 from attnkit.train.data.stream import random_windows
+from attnkit.train.inference import session
 from attnkit.train.inference.lm_generate import suggested_prompt
-from attnkit.train.loop import session
 from attnkit.train.loop.trainer import train
 
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -209,3 +209,20 @@ def test_errors_are_one_line_exit_2(capsys, tmp_path, argv, match):
     assert len(err.strip().splitlines()) == 1 and match in err
     assert "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_resume_finds_and_hashes_the_checkpoint_once(capsys, tmp_path, monkeypatch):
+    """``train --resume`` resolves the checkpoint once (one SHA-256 pass over its files) and
+    hands that value to the run: the verb and the run do not each read it again."""
+    from attnkit.train import checkpoint
+
+    run_dir = tmp_path / "rev"
+    first = ["--max-steps", "2", "--save-every", "2", "--eval-every", "2", "--train-size", "200"]
+    code, _, err = run(capsys, "train", "--task", "reverse", "--out", run_dir, *first, *TINY_ARGS)
+    assert code == 0, err
+    verified, real = [], checkpoint.verify
+    monkeypatch.setattr(checkpoint, "verify", lambda p: verified.append(p) or real(p))
+    code, out, err = run(capsys, "train", "--resume", run_dir, "--max-steps", "3", "--no-progress")
+    assert code == 0, err
+    assert "resuming reverse from" in out
+    assert verified == [run_dir / "step-00000002"]

@@ -14,7 +14,7 @@ standard library, :mod:`attnkit.cli.common` and torch- and numpy-free modules (`
 
     def run(ns: argparse.Namespace) -> int:
         from attnkit.train.inference import metrics   # heavy: torch, numpy
-        from attnkit.train.loop import session
+        from attnkit.train.inference import session
         ...
 
 Defaults shown in ``--help`` come from such light modules, never from a module that imports

@@ -88,8 +88,7 @@ def run(ns: argparse.Namespace) -> int:
 
 def _run(ns: argparse.Namespace) -> int:
     """Evaluate; 0 on success."""
-    from attnkit.train.inference import metrics
-    from attnkit.train.loop import session
+    from attnkit.train.inference import metrics, session
 
     if ns.n is not None and ns.n < 1:
         raise UsageError(f"--n: expected a positive int, got {ns.n}")

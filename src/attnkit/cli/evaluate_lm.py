@@ -20,12 +20,12 @@ def _char_level(tok) -> bool:
 def run(loaded, ns: argparse.Namespace) -> int:
     """Score the checkpoint ``loaded`` as ``ns`` says (``--data``, ``--split``, ``--stride``);
     0 on success."""
+    from attnkit.train.config import recipe_summary
     from attnkit.train.data import tokenizer as tk
     from attnkit.train.data.sources import DataError, read_text
     from attnkit.train.data.stream import split_text
     from attnkit.train.inference import metrics
     from attnkit.train.inference.lm_eval import score_stream, unigram_nats
-    from attnkit.train.loop.optim import recipe_summary
 
     c = loaded.train_config.resolved()
     if ns.beam != 1 or ns.length_penalty != 0:  # was silently ignored

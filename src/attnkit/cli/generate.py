@@ -85,8 +85,8 @@ def _run(ns: argparse.Namespace) -> int:
     import torch
 
     from attnkit.train.data import tokenizer as tk
+    from attnkit.train.inference import session
     from attnkit.train.inference.lm_generate import generate_ids
-    from attnkit.train.loop import session
 
     names = {
         "max_new_tokens": "--max-new-tokens",

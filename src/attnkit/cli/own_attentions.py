@@ -32,11 +32,11 @@ def is_run(path: Path) -> bool:
 
 def load(path: Path) -> Any:
     """The run's best checkpoint (else its last) as a
-    :class:`~attnkit.train.loop.session.Loaded`."""
+    :class:`~attnkit.train.inference.session.Loaded`."""
     import sys
 
     from attnkit.cli.common import one_line
-    from attnkit.train.loop import session
+    from attnkit.train.inference import session
 
     loaded = session.load(path, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)  # as generate says

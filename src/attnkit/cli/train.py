@@ -255,18 +255,20 @@ def _fresh_out(task: str) -> Path:
 
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
+    from attnkit.train.checkpoint import resolve
     from attnkit.train.config import LM_STEPS, TrainConfig
-    from attnkit.train.loop.session import read_train_config
     from attnkit.train.loop.trainer import TrainingInterrupted, train
 
     given = {f: getattr(ns, o[2:].replace("-", "_")) for o, (f, _) in OPTIONS.items()}
     given = {k: v for k, v in given.items() if v is not None}
     if ns.task is not None:
         given["task"] = ns.task
+    resumed = None
     with option_names(NAMES):
         if ns.resume is not None:
-            base = read_train_config(ns.resume)
-            out = Path(ns.out) if ns.out else _run_dir_of(ns.resume)
+            resumed = resolve(ns.resume)  # found and verified once, for this verb and the run
+            base = resumed.train_config
+            out = Path(ns.out) if ns.out else resumed.run_dir
         else:
             base = TrainConfig()
             if "task" not in given:
@@ -293,7 +295,7 @@ def run(ns: argparse.Namespace) -> int:
         mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
         try:
             with on_device(ns.device):
-                train(config, out, resume=ns.resume, progress=mode, tensorboard=ns.tensorboard)
+                train(config, out, resume=resumed, progress=mode, tensorboard=ns.tensorboard)
         except TrainingInterrupted as e:
             print(e, file=sys.stderr)
             return 130
@@ -324,17 +326,11 @@ def _summary(log: Path) -> None:
         print(f"step {r['step']}: " + ", ".join(parts))
 
 
-def _run_dir_of(resume: str) -> Path:
-    from attnkit.train.loop.checkpoint import find_checkpoint
-
-    return find_checkpoint(resume).parent
-
-
 def _trained_example(out: Path) -> str:
     """A source sentence the model of run ``out`` was trained on, quoted for a shell."""
     import shlex
 
-    from attnkit.train.loop.checkpoint import find_checkpoint
+    from attnkit.train.checkpoint import find_checkpoint
 
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
     first_line = sample.read_text(encoding="utf-8").splitlines()[0]
@@ -355,8 +351,8 @@ def _lm_prompt(out: Path) -> str:
     line that has a word (e.g. "ROMEO:" for tiny Shakespeare), at most 4 words."""
     import shlex
 
+    from attnkit.train.checkpoint import find_checkpoint
     from attnkit.train.inference.lm_generate import suggested_prompt
-    from attnkit.train.loop.checkpoint import find_checkpoint
 
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
     lines = sample.read_text(encoding="utf-8").splitlines() if sample.is_file() else []

@@ -164,8 +164,7 @@ def run(ns: argparse.Namespace) -> int:
 def _run(ns: argparse.Namespace) -> int:
     """Decode; 0 on success."""
     from attnkit.terminal import printable  # only line breaks and control characters escaped
-    from attnkit.train.inference import metrics
-    from attnkit.train.loop import session
+    from attnkit.train.inference import metrics, session
 
     _check(ns)
     lines = _inputs(ns)  # a missing --input is reported before the checkpoint is read

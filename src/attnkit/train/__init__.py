@@ -23,14 +23,14 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "TrainConfig": "attnkit.train.config",
-        "load": "attnkit.train.loop.session",
+        "load": "attnkit.train.inference.session",
         "train": "attnkit.train.loop.trainer",
     },
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnkit.train.config import TrainConfig
-    from attnkit.train.loop.session import load
+    from attnkit.train.inference.session import load
     from attnkit.train.loop.trainer import train
 
 __all__ = ["TrainConfig", "load", "train"]

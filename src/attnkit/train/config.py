@@ -30,6 +30,7 @@ __all__ = [
     "TASKS",
     "TASK_DEFAULTS",
     "TrainConfig",
+    "recipe_summary",
 ]
 
 TASKS = ("copy", "reverse", "sort", "lm", "translate")
@@ -331,6 +332,32 @@ class TrainConfig:
             if a != b:
                 out.append(f"{f.name}: {a!r} != {b!r}")
         return out
+
+
+def recipe_summary(c: TrainConfig) -> str:
+    """One line naming a resolved config's optimiser, schedule and model options (printed by
+    ``attnkit train`` and ``attnkit evaluate``; the checkpoint's config.json holds them all)."""
+    if c.schedule == "noam":
+        lr = f"noam schedule (factor {c.lr_factor:g}, warm-up {c.warmup})"
+    else:
+        lr = f"{c.schedule} schedule, lr {c.lr:g}"
+        lr += f" -> {c.min_lr:g}" if c.schedule == "cosine" else ""
+        lr += f", warm-up {c.warmup}"
+    parts = [
+        lr,
+        f"AdamW betas {c.betas[0]:g},{c.betas[1]:g}",
+        f"weight decay {c.weight_decay:g} (matrices)",
+        f"clip {c.clip:g}",
+        f"dropout {c.dropout:g}",
+        f"label smoothing {c.label_smoothing:g}",
+        "pre-LN" if c.norm_first else "post-LN",
+        c.activation,
+        "biases" if c.bias else "no biases",
+        "tied embeddings" if c.tie_embeddings else "untied embeddings",
+        f"{c.positions} positions",
+        "bf16 autocast" if c.bf16 else "fp16 autocast, scaled gradients" if c.fp16 else "float32",
+    ]
+    return "recipe: " + ", ".join(parts)
 
 
 def _resolve_lm_recipe(c: TrainConfig) -> None:

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
+from attnkit.train.best import Best
+from attnkit.train.checkpoint import CheckpointError, find_checkpoint, list_checkpoints, verify
 from attnkit.train.config import TrainConfig
 from attnkit.train.data.tasks import seq2seq_example
+from attnkit.train.inference import session
 from attnkit.train.inference.metrics import heldout_loss
-from attnkit.train.loop import session
-from attnkit.train.loop.best import Best
-from attnkit.train.loop.checkpoint import CheckpointError, find_checkpoint, list_checkpoints, verify
 from attnkit.train.loop.progress import CSV_COLUMNS
 from attnkit.train.loop.trainer import train
 

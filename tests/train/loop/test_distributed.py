@@ -43,11 +43,12 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from safetensors.torch import load_file
 
+from attnkit.train.checkpoint import resolve
 from attnkit.train.config import TrainConfig
 from attnkit.train.data.batches import batch_logits, epoch_batches
 from attnkit.train.data.tasks import build_model, prepare
 from attnkit.train.data.tokenizer import PAD
-from attnkit.train.loop import session
+from attnkit.train.inference import session
 from attnkit.train.loop.distributed import (
     Dist,
     DistributedError,
@@ -357,7 +358,7 @@ def test_ddp_equals_one_big_batch_and_resumes_bit_identically(tmp_path):
 
     # the 2 x 2 run continues in 1 process with --accumulate 4: same data per step, so the
     # result is still that of one big batch per step; other products are refused
-    base = session.read_train_config(tmp_path / "w2k2")
+    base = resolve(tmp_path / "w2k2").train_config
     with pytest.raises(ValueError, match=r"^accumulate: .* resume with --accumulate 4 with 1 "):
         train(replace(base, max_steps=5), tmp_path / "w2k2", resume=tmp_path / "w2k2")
     notes = []

@@ -15,9 +15,9 @@ import torch
 import attnkit.devices as device_mod
 from attnkit.cli import main
 from attnkit.kernels import numerics
+from attnkit.train.checkpoint import find_checkpoint
 from attnkit.train.config import TrainConfig
 from attnkit.train.loop import steps, trainer
-from attnkit.train.loop.checkpoint import find_checkpoint
 from attnkit.train.loop.trainer import train
 from tests.support.fake_device import FakeCuda
 from tests.train.conftest import RHYME, TINY

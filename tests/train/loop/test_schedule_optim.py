@@ -12,9 +12,9 @@ import torch
 
 from attnkit.models.lm import LMConfig, TransformerLM
 from attnkit.train.config import TrainConfig
+from attnkit.train.inference.session import load
 from attnkit.train.loop.optim import build_optimizer, decay_groups, schedule_of
 from attnkit.train.loop.schedule import Schedule
-from attnkit.train.loop.session import load
 from attnkit.train.loop.trainer import train
 
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.train.checkpoint import CheckpointError, list_checkpoints, resolve
 from attnkit.train.config import TrainConfig
 from attnkit.train.data.sources import DataError
-from attnkit.train.loop import session
-from attnkit.train.loop.checkpoint import CheckpointError, list_checkpoints
+from attnkit.train.inference import session
 from attnkit.train.loop.state import load_optimizer_state, optimizer_state
 from attnkit.train.loop.trainer import train
 
@@ -190,7 +190,7 @@ def test_sigkill_during_save_leaves_previous_checkpoint_loadable(tmp_path):
             break
     assert mid_save, "no kill landed during a save in 6 attempts"
     # the run resumes from what was left
-    cfg = session.read_train_config(run)
+    cfg = resolve(run).train_config
     cfg.max_steps = loaded.step + 2
     last = train(cfg, run, resume=run, echo=quiet)
     assert last.name == f"step-{loaded.step + 2:08d}"

@@ -1,7 +1,7 @@
 """Stopping a training run safely on Ctrl-C (SIGINT) or SIGTERM.
 
 The first signal only raises a flag: the loop finishes its current step, writes a resumable
-checkpoint (atomically, :mod:`attnkit.train.loop.checkpoint`) and says how to resume. A second
+checkpoint (atomically, :mod:`attnkit.train.checkpoint`) and says how to resume. A second
 signal raises :class:`KeyboardInterrupt` at once (the previous checkpoints stay intact: every
 write is atomic). Under torchrun every process receives the signal; the flag is combined with the
 other stop reasons in the step's all-reduce, so all ranks stop after the same step.

@@ -11,7 +11,7 @@ from torch import nn
 from attnkit.train.config import TrainConfig
 from attnkit.train.loop.schedule import Schedule
 
-__all__ = ["build_optimizer", "decay_groups", "recipe_summary", "schedule_of"]
+__all__ = ["build_optimizer", "decay_groups", "schedule_of"]
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -45,29 +45,3 @@ def schedule_of(c: TrainConfig) -> Schedule:
     return Schedule(
         c.schedule, c.warmup, lr=c.lr, min_lr=c.min_lr, total=c.max_steps or max(c.warmup, 1)
     )
-
-
-def recipe_summary(c: TrainConfig) -> str:
-    """One line naming a resolved config's optimiser, schedule and model options (printed by
-    ``attnkit train`` and ``attnkit evaluate``; the checkpoint's config.json holds them all)."""
-    if c.schedule == "noam":
-        lr = f"noam schedule (factor {c.lr_factor:g}, warm-up {c.warmup})"
-    else:
-        lr = f"{c.schedule} schedule, lr {c.lr:g}"
-        lr += f" -> {c.min_lr:g}" if c.schedule == "cosine" else ""
-        lr += f", warm-up {c.warmup}"
-    parts = [
-        lr,
-        f"AdamW betas {c.betas[0]:g},{c.betas[1]:g}",
-        f"weight decay {c.weight_decay:g} (matrices)",
-        f"clip {c.clip:g}",
-        f"dropout {c.dropout:g}",
-        f"label smoothing {c.label_smoothing:g}",
-        "pre-LN" if c.norm_first else "post-LN",
-        c.activation,
-        "biases" if c.bias else "no biases",
-        "tied embeddings" if c.tie_embeddings else "untied embeddings",
-        f"{c.positions} positions",
-        "bf16 autocast" if c.bf16 else "fp16 autocast, scaled gradients" if c.fp16 else "float32",
-    ]
-    return "recipe: " + ", ".join(parts)

@@ -30,17 +30,24 @@ import torch
 
 from attnkit.checks import choice
 from attnkit.devices import current
-from attnkit.train.config import TrainConfig
+from attnkit.train.best import Best
+from attnkit.train.checkpoint import (
+    BEST_RECORD,
+    Checkpoint,
+    CheckpointError,
+    write_best,
+    write_checkpoint,
+)
+from attnkit.train.config import TrainConfig, recipe_summary
 from attnkit.train.data.batches import epoch_batches
 from attnkit.train.data.sources import DataError
 from attnkit.train.data.stream import EPOCH_BATCHES, stream_batches
 from attnkit.train.data.tasks import TaskData, build_model, model_config, prepare
-from attnkit.train.loop import session
-from attnkit.train.loop.best import Best
-from attnkit.train.loop.checkpoint import CheckpointError, write_best, write_checkpoint
+from attnkit.train.inference.session import Loaded, load
+from attnkit.train.loop import save_resume
 from attnkit.train.loop.distributed import Dist, DistributedError, join, rank_seed, shard
 from attnkit.train.loop.interrupt import Interrupt
-from attnkit.train.loop.optim import build_optimizer, recipe_summary, schedule_of
+from attnkit.train.loop.optim import build_optimizer, schedule_of
 from attnkit.train.loop.precision import grad_scaler, require_bf16, require_fp16
 from attnkit.train.loop.progress import Progress, Reporter
 from attnkit.train.loop.state import gpu_rng, load_optimizer_state, optimizer_state, rng_state
@@ -75,7 +82,7 @@ class _Start:
     digest: str | None
     lengths: np.ndarray
     plan: list[list[np.ndarray]]
-    loaded: session.Loaded | None = None
+    loaded: Loaded | None = None
     step: int = 0
     epoch: int = 0
     index: int = 0
@@ -103,12 +110,12 @@ def _plan(c: TrainConfig, d: Dist, data: TaskData, lengths: np.ndarray, epoch: i
     return plan
 
 
-def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _Start:
+def _start(c: TrainConfig, out: Path, resume: str | Path | Checkpoint | None, d: Dist) -> _Start:
     """Load and check everything (no collective): the checkpoint to resume, the output
     directory (rank 0), the data, the model and the optimiser."""
     loaded = None
     if resume is not None:
-        loaded = session.load(resume)
+        loaded = load(resume)
         diffs = loaded.train_config.resolved().identity_differences(c)
         if diffs:
             raise CheckpointError(
@@ -116,7 +123,7 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
                 f"configuration (checkpoint != requested: {'; '.join(diffs)})"
             )
     if d.is_main:
-        session.check_out(out, None if loaded is None else loaded.path)
+        save_resume.check_out(out, None if loaded is None else loaded.path)
     if c.bf16:
         require_bf16(current())
     if c.fp16:
@@ -140,7 +147,7 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
     opt = build_optimizer(model, c)
     s = _Start(data, model, mcfg, opt, digest, lengths, [], loaded)
     if loaded is not None:
-        s.tensors, s.state = loaded.state()
+        s.tensors, s.state = save_resume.resume_state(loaded)
         st = s.state
         try:
             load_optimizer_state(opt, s.tensors, st["optimizer"])
@@ -155,7 +162,7 @@ def _start(c: TrainConfig, out: Path, resume: str | Path | None, d: Dist) -> _St
                 f"{c.data}: the file differs from the one {loaded.path} was trained on "
                 "(SHA-256 differs); resume with the same data"
             )
-        session.check_world(loaded, saved_world, d.world_size, c.accumulate)
+        save_resume.check_world(loaded, saved_world, d.world_size, c.accumulate)
     s.plan = _plan(c, d, data, lengths, s.epoch)
     return s
 
@@ -164,13 +171,14 @@ def train(
     config: TrainConfig,
     out: str | Path,
     *,
-    resume: str | Path | None = None,
+    resume: str | Path | Checkpoint | None = None,
     progress: bool | str = False,
     echo: Callable[[str], None] = print,
     tensorboard: bool = False,
 ) -> Path:
     """Train as ``config`` says, writing checkpoints and ``log.jsonl`` into ``out``; returns the
-    last checkpoint's path. ``resume``: a checkpoint (or run directory) to continue from; its
+    last checkpoint's path. ``resume``: a checkpoint (or run directory, or a
+    :class:`~attnkit.train.checkpoint.Checkpoint` already resolved) to continue from; its
     identity options must equal ``config``'s. Nothing is written before the data, the model and
     the checkpoint to resume have been checked. ``progress``: "bar" (or True), "lines" (plain
     lines every ``log_every`` steps, for a log file) or "off" (or False); ``tensorboard``: also
@@ -196,7 +204,7 @@ def train(
 def _train(
     c: TrainConfig,
     out: Path,
-    resume: str | Path | None,
+    resume: str | Path | Checkpoint | None,
     progress: str,
     echo: Callable[[str], None],
     d: Dist,
@@ -220,7 +228,7 @@ def _train(
     if s.loaded is None and d.enabled:
         torch.manual_seed(rank_seed(c.seed, d.rank))  # each rank its own dropout
     elif s.loaded is not None:
-        note = session.restore_rng(
+        note = save_resume.restore_rng(
             s.tensors, s.state, seed=c.seed, rank=d.rank, world_size=d.world_size
         )
         if note:
@@ -250,7 +258,7 @@ def _train(
             "best": best.to_dict(),
         } | ({} if scaler is None else {"scaler": scaler.state_dict()})
         return (
-            session.checkpoint_files(
+            save_resume.checkpoint_files(
                 model=s.model,
                 kind=data.kind,
                 model_config=s.mcfg,
@@ -289,7 +297,7 @@ def _train(
             gpu = gpu_rng(current())
             gpu_states = [] if gpu is None else [gpu]
             record = json.dumps(best.to_dict()).encode()
-            write_best(out, files({session.BEST_RECORD: record}))
+            write_best(out, files({BEST_RECORD: record}))
         if best.patience_out(c.early_stop) and stop_reason is None:
             stop_reason = (
                 f"early stop: {best.stale} evaluations without improvement of the "
