@@ -95,7 +95,7 @@ for args in json.load(open(sys.argv[1])):
 # rank 1 of the death tests: the real CLI, with the schedule patched to die at step 2
 DYING = """
 import os, sys, time
-import attnkit.train.loop.trainer as t
+import attnkit.train.loop.run as t
 real = t.schedule_of
 def schedule_of(c):
     lr = real(c)

@@ -17,7 +17,7 @@ from attnkit.cli import main
 from attnkit.kernels import numerics
 from attnkit.train.checkpoint import find_checkpoint
 from attnkit.train.config import TrainConfig
-from attnkit.train.loop import steps, trainer
+from attnkit.train.loop import run, steps, trainer
 from attnkit.train.loop.trainer import train
 from tests.support.fake_device import FakeCuda
 from tests.train.conftest import RHYME, TINY
@@ -33,9 +33,9 @@ def fake_gpu(monkeypatch):
     its device path throughout, as it does on a GPU: the emulation loses the tag of the
     tensors activation checkpointing recomputes from, which would otherwise send the
     recomputation down the host path (a different set of saved tensors)."""
-    for mod in (device_mod, steps, trainer):
+    for mod in (device_mod, steps, trainer, run):
         monkeypatch.setattr(mod, "current", lambda: GPU)
-    monkeypatch.setattr(trainer, "gpu_rng", lambda device: FAKE_GPU_RNG.clone())
+    monkeypatch.setattr(run, "gpu_rng", lambda device: FAKE_GPU_RNG.clone())
     with numerics.use_path("device"):
         yield FakeCuda()
 

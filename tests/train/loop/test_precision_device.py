@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnkit.train.config import TrainConfig
-from attnkit.train.loop import precision, state, trainer
+from attnkit.train.loop import precision, run, state, trainer
 from attnkit.train.loop.trainer import train
 
 
@@ -85,7 +85,7 @@ def test_gpu_generator_states_are_stored_and_restored(monkeypatch):
 
 
 def test_trainer_reads_the_run_device():
-    assert trainer.current() == torch.device("cpu")
+    assert trainer.current() == run.current() == torch.device("cpu")
 
 
 def test_fp16_is_refused_off_a_gpu_and_with_bf16(tmp_path):
@@ -106,7 +106,7 @@ def test_fp16_scales_the_loss_unscales_before_clipping_and_keeps_the_scale(monke
 
     from safetensors.torch import load_file  # noqa: F401 - the state is JSON, read below
 
-    monkeypatch.setattr(trainer, "require_fp16", lambda device: None)
+    monkeypatch.setattr(run, "require_fp16", lambda device: None)
     c = TrainConfig(task="reverse", train_size=64, valid_size=8, vocab=6, length=5, d_model=16,
                     nhead=2, layers=1, dim_feedforward=32, batch_size=8, max_steps=3,
                     save_every=3, fp16=True)  # fmt: skip

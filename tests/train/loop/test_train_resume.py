@@ -1,11 +1,13 @@
 """--resume is bit-identical: stop at step k, resume, and every logged loss (and held-out loss)
 equals, to the last bit, that of an uninterrupted run; for the encoder-decoder and the LM, with
-dropout on, resuming in the same run directory or a new one."""
+dropout on, resuming in the same run directory (from the checkpoint resolved once, as
+``attnkit train --resume`` hands it to the run) or a new one (from a path)."""
 
 from __future__ import annotations
 
 import pytest
 
+from attnkit.train.checkpoint import resolve
 from attnkit.train.config import TrainConfig
 from attnkit.train.loop.trainer import train
 from tests.support.train_log import logged
@@ -23,7 +25,13 @@ def test_resume_is_bit_identical(tmp_path, tiny, rhyme_file, task):
     full = train(TrainConfig(max_steps=14, **tiny), tmp_path / "full", echo=quiet)
     # stop at step 6 (a checkpoint at 4 and one at the end), resume from the end ...
     train(TrainConfig(max_steps=6, **tiny), tmp_path / "a", echo=quiet)
-    train(TrainConfig(max_steps=14, **tiny), tmp_path / "a", resume=tmp_path / "a", echo=quiet)
+    resumed = resolve(tmp_path / "a")
+    assert (resumed.path, resumed.run_dir, resumed.step) == (
+        tmp_path / "a/step-00000006",
+        tmp_path / "a",
+        6,
+    )
+    train(TrainConfig(max_steps=14, **tiny), tmp_path / "a", resume=resumed, echo=quiet)
     # ... and from the checkpoint of step 4 into a new directory
     train(
         TrainConfig(max_steps=14, **tiny),
