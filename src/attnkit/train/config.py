@@ -22,6 +22,7 @@ from attnkit.checks import (
 )
 
 __all__ = [
+    "CHOICES",
     "LM_LR",
     "LM_RECIPE",
     "LM_STEPS",
@@ -34,6 +35,15 @@ __all__ = [
 ]
 
 TASKS = ("copy", "reverse", "sort", "lm", "translate")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "task": TASKS,
+    "tokenizer": ("word", "char", "bpe"),
+    "best_metric": ("loss", "bleu", "exact"),
+    "schedule": ("noam", "cosine", "constant"),
+    "activation": ("gelu", "relu"),
+    "positions": ("sinusoidal", "learned"),
+}
+"""The values a field of text takes (checked by :meth:`TrainConfig.validate`; the CLI's choices)."""
 
 RUN_FIELDS = frozenset(
     {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
@@ -214,7 +224,7 @@ class TrainConfig:
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
         c = dataclasses.replace(self)
-        choice("task", c.task, TASKS)
+        choice("task", c.task, CHOICES["task"])
         for k, v in TASK_DEFAULTS[c.task].items():
             if getattr(c, k) is None:
                 setattr(c, k, v)
@@ -237,7 +247,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise TypeError/ValueError naming the first bad field."""
-        choice("tokenizer", self.tokenizer, ("word", "char", "bpe"))
+        choice("tokenizer", self.tokenizer, CHOICES["tokenizer"])
         nonnegative_int("seed", self.seed)
         for name in ("vocab", "length", "min_length", "train_size", "valid_size"):
             positive_int(name, getattr(self, name))
@@ -290,7 +300,7 @@ class TrainConfig:
                 f"checkpoint: activation checkpointing is for the lm task, got task {self.task!r}"
             )
         positive_float("dist_timeout", self.dist_timeout)
-        choice("best_metric", self.best_metric, ("loss", "bleu", "exact"))
+        choice("best_metric", self.best_metric, CHOICES["best_metric"])
         if self.best_metric == "bleu" and self.task == "lm":
             raise ValueError("best_metric: BLEU needs an encoder-decoder task, got task 'lm'")
         if self.early_stop is not None:
@@ -384,8 +394,8 @@ def _validate_lm_recipe(c: TrainConfig) -> None:
         flag(name, getattr(c, name))
     if c.bf16 and c.fp16:
         raise ValueError("fp16: choose --bf16 or --fp16, not both")
-    choice("schedule", c.schedule, ("noam", "cosine", "constant"))
-    choice("activation", c.activation, ("gelu", "relu"))
+    choice("schedule", c.schedule, CHOICES["schedule"])
+    choice("activation", c.activation, CHOICES["activation"])
     if c.schedule == "noam" and c.lr is not None:
         raise ValueError(
             f"lr: the noam schedule sets its own peak (--lr-factor); got lr={c.lr}; use "
@@ -402,7 +412,7 @@ def _validate_lm_recipe(c: TrainConfig) -> None:
         raise ValueError(f"betas: expected two numbers in [0, 1), got {c.betas!r}")
     if not c.lines and c.task != "lm":
         raise ValueError(f"lines: stream training is for the lm task, got task {c.task!r}")
-    choice("positions", c.positions, ("sinusoidal", "learned"))
+    choice("positions", c.positions, CHOICES["positions"])
     if c.positions != "sinusoidal" and c.task != "lm":
         raise ValueError(f"positions: learned positions are for the lm task, got task {c.task!r}")
     if not c.bias and c.task != "lm":

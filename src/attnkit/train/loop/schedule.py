@@ -23,10 +23,11 @@ import math
 from dataclasses import dataclass
 
 from attnkit.checks import choice, nonnegative_int, positive_float, positive_int
+from attnkit.train.config import CHOICES
 
 __all__ = ["SCHEDULES", "Schedule", "noam_lr"]
 
-SCHEDULES = ("noam", "cosine", "constant")
+SCHEDULES = CHOICES["schedule"]
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
