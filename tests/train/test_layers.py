@@ -1,6 +1,6 @@
 """The layers of ``attnkit.train``, from the import graph of every module (module level and
-inside functions, as ``tests/test_import_circles.py`` builds it): the floor (config, loss,
-checkpoint, best) imports no package of train; ``data`` imports neither ``inference`` nor
+inside functions, as ``tests/test_import_circles.py`` builds it): the floor (recipes, config,
+loss, checkpoint, best) imports no package of train; ``data`` imports neither ``inference`` nor
 ``loop``; ``inference`` does not import ``loop``; and the loss imports no tokenizer (the padding
 id is its argument)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.test_import_circles import import_graph
 
-FLOOR = ["config", "loss", "checkpoint", "best"]
+FLOOR = ["recipes", "config", "loss", "checkpoint", "best"]
 ABOVE = {"data": ("inference", "loop"), "inference": ("loop",), "loop": ()}
 
 

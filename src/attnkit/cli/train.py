@@ -256,8 +256,9 @@ def _fresh_out(task: str) -> Path:
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
     from attnkit.train.checkpoint import resolve
-    from attnkit.train.config import LM_STEPS, TrainConfig
+    from attnkit.train.config import TrainConfig
     from attnkit.train.loop.trainer import TrainingInterrupted, train
+    from attnkit.train.recipes import LM_STEPS
 
     given = {f: getattr(ns, o[2:].replace("-", "_")) for o, (f, _, _) in OPTIONS.items()}
     given = {k: v for k, v in given.items() if v is not None}

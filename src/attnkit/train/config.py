@@ -1,6 +1,7 @@
 """The configuration of a training run: one dataclass, saved as JSON with every checkpoint.
 
-Fields left at None take the task's default (:data:`TASK_DEFAULTS`) in :meth:`TrainConfig.resolved`.
+Fields left at None take the task's default (:mod:`attnkit.train.recipes`) in
+:meth:`TrainConfig.resolved`.
 *Identity* fields (the task, data, tokenizer, model and optimiser) must match when a run resumes;
 *run* fields (:data:`RUN_FIELDS`: how long, how often to log, evaluate and save) may change.
 """
@@ -20,19 +21,9 @@ from attnkit.checks import (
     positive_int,
     probability,
 )
+from attnkit.train.recipes import LM_LR, LM_RECIPE, LM_STEPS, SEQ2SEQ_RECIPE, TASK_DEFAULTS
 
-__all__ = [
-    "CHOICES",
-    "LM_LR",
-    "LM_RECIPE",
-    "LM_STEPS",
-    "RUN_FIELDS",
-    "SEQ2SEQ_RECIPE",
-    "TASKS",
-    "TASK_DEFAULTS",
-    "TrainConfig",
-    "recipe_summary",
-]
+__all__ = ["CHOICES", "RUN_FIELDS", "TASKS", "TrainConfig", "recipe_summary"]
 
 TASKS = ("copy", "reverse", "sort", "lm", "translate")
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -51,67 +42,6 @@ RUN_FIELDS = frozenset(
 RUN_FIELDS |= {"best_metric", "early_stop"}  # issue 21: best/ and early stopping
 RUN_FIELDS |= {"eval_batches"}  # issue 31: nanoGPT's estimate of the held-out loss
 RUN_FIELDS |= {"compile"}  # issue 30: how the same model runs, not what it is
-
-_SYNTHETIC = dict(
-    tokenizer="word",
-    d_model=64,
-    nhead=4,
-    layers=2,
-    dim_feedforward=256,
-    dropout=0.0,
-    batch_size=64,
-    warmup=100,
-    lr_factor=1.0,
-)
-TASK_DEFAULTS: dict[str, dict] = {
-    "copy": _SYNTHETIC,
-    "reverse": _SYNTHETIC,
-    "sort": _SYNTHETIC,
-    "translate": dict(
-        tokenizer="bpe",
-        d_model=128,
-        nhead=4,
-        layers=2,
-        dim_feedforward=512,
-        dropout=0.1,
-        batch_size=64,
-        warmup=400,
-        lr_factor=1.0,
-    ),
-    "lm": dict(  # benchmarks/lm_race.py's BEST (nanoGPT's CPU recipe, windows of 128)
-        tokenizer="char",
-        d_model=128,
-        nhead=4,
-        layers=4,
-        dim_feedforward=512,
-        dropout=0.0,
-        batch_size=8,
-        warmup=100,
-        lr_factor=1.0,
-    ),
-}
-
-SEQ2SEQ_RECIPE = dict(
-    block_size=64, schedule="noam", betas=(0.9, 0.98), bias=True, positions="sinusoidal",
-    weight_decay=0.0,
-)  # fmt: skip
-"""Seed 003's recipe: the default of every task but lm, and of configs saved before issue 31."""
-
-LM_RECIPE = dict(
-    block_size=128, schedule="cosine", betas=(0.9, 0.99), bias=False, positions="learned",
-    weight_decay=0.1,
-)  # fmt: skip
-"""The lm task's recipe (issue 31): the one that measured best in ``benchmarks/lm_race.py``
-(nanoGPT's: cosine schedule, betas 0.9/0.99, weight decay 0.1, no biases; windows of 128),
-GPT-2-shaped (learned positions, no output bias) so ``attnkit export --to hf`` accepts it."""
-
-LM_LR = 4e-3
-"""The lm task's peak learning rate with a cosine or constant schedule (``BEST``; others 1e-3)."""
-
-LM_STEPS = 5000
-"""The lm task's ``max_steps`` when neither it nor ``max_minutes`` is given (and always in
-``attnkit train --task lm`` without --max-steps): the cosine schedule's length (nanoGPT's
-shakespeare_char ``max_iters``)."""
 
 
 @dataclass
@@ -159,11 +89,12 @@ class TrainConfig:
     ``bias``, ``activation`` (lm gelu, seq2seq relu); ``bf16`` autocast (CPUs with native bf16).
     ``positions`` (lm, issue 21): "sinusoidal" or "learned" (GPT-2 / nanoGPT: a learned table of
     ``block_size`` rows, embeddings not scaled; :mod:`attnkit.models.lm_positions`).
-    Recipe defaults (issue 31): the lm task takes :data:`LM_RECIPE` (cosine, lr 4e-3, betas
-    0.9/0.99, weight decay 0.1, no biases, learned positions, windows of 128: exportable as
-    GPT-2), every other task :data:`SEQ2SEQ_RECIPE` (seed 003's). ``eval_batches`` N (lm
-    stream): each evaluation is nanoGPT's estimate from N random batches of held-out windows
-    instead of the whole held-out split (``attnkit evaluate`` always scores it all).
+    Recipe defaults (issue 31, :mod:`attnkit.train.recipes`): the lm task takes ``LM_RECIPE``
+    (cosine, lr 4e-3, betas 0.9/0.99, weight decay 0.1, no biases, learned positions, windows
+    of 128: exportable as GPT-2), every other task ``SEQ2SEQ_RECIPE`` (seed 003's).
+    ``eval_batches`` N (lm stream): each evaluation is nanoGPT's estimate from N random batches
+    of held-out windows instead of the whole held-out split (``attnkit evaluate`` always scores
+    it all).
     """
 
     task: str = "copy"
