@@ -78,8 +78,6 @@ class Loaded:
     best: Best | None = None
     separate_qkv: bool = False
     """Written before the packed in-projection: its optimiser state is packed when read."""
-    checkpoint: Checkpoint | None = None
-    """The resolved checkpoint it was read from."""
 
     def describe(self) -> str:
         """Which checkpoint this is, for the user: ``runs/fra/best (the best checkpoint so far:
@@ -185,5 +183,4 @@ def load(path: str | Path | Checkpoint, *, best: bool = False) -> Loaded:
         ckpt.train_config,
         record,
         old,
-        ckpt,
     )
