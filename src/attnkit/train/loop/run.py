@@ -1,7 +1,7 @@
 """One training run on one process, as an object (torchtune's recipe classes are the model):
 what the run holds between steps is its fields; :meth:`Run.setup` loads and checks everything,
-:meth:`Run.start` joins the other processes and restores the generators, :meth:`Run.train_step`
-is one optimiser step, :meth:`Run.evaluate` one evaluation (and ``best/``), :meth:`Run.save` one
+:meth:`Run.start` joins the other processes and restores the generators, :meth:`Run.step` is
+one optimiser step, :meth:`Run.evaluate` one evaluation (and ``best/``), :meth:`Run.save` one
 checkpoint, and :meth:`Run.loop` the loop that calls them. :func:`attnkit.train.loop.trainer.train`
 builds one and runs it.
 
@@ -17,6 +17,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,19 @@ from attnkit.train.loop.steps import (
     training_module,
 )
 
-__all__ = ["Run", "epoch_plan"]
+__all__ = ["Position", "Run", "epoch_plan"]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a run is: ``step`` (optimiser steps done), ``epoch``, ``index`` (micro-batches of
+    the epoch used, over all ranks: the next step's start in the epoch's plan) and ``tokens``
+    (target tokens trained on). A checkpoint stores it (``step``, ``position``, ``tokens``)."""
+
+    step: int = 0
+    epoch: int = 0
+    index: int = 0
+    tokens: int = 0
 
 
 def epoch_plan(c: TrainConfig, d: Dist, data: TaskData, lengths: np.ndarray, epoch: int) -> list:
@@ -79,7 +92,7 @@ class Run:
     ("bar", "lines", "off"), ``echo`` (rank 0's lines), ``tensorboard``.
 
     Fields, set by :meth:`setup` and :meth:`start` and advanced by :meth:`step`: the position
-    (``step``, ``epoch``, ``index`` into this epoch's ``plan``, ``tokens`` trained on), the
+    ``at`` (a :class:`Position`; ``plan``: this rank's micro-batches of its epoch), the
     ``model`` (its training form, possibly wrapped and compiled, is ``module``), ``opt``,
     ``scaler``, ``best``, the evaluation's held-out examples ``held``, the generators' states
     gathered at the last save (``rng_states``, ``gpu_states``), the ``report`` (rank 0) and why
@@ -98,7 +111,7 @@ class Run:
         self.c, self.out, self.d = c, out, d
         self.progress, self.echo, self.tensorboard = progress, echo, tensorboard
         self.loaded: Loaded | None = None
-        self.step, self.epoch, self.index, self.tokens = 0, 0, 0, 0
+        self.at = Position()
         self.tensors: dict = {}
         self.state: dict = {}
         self.rng_states: list = []
@@ -151,7 +164,7 @@ class Run:
         self.opt = build_optimizer(self.model, c)
         if loaded is not None:
             self._resume_position(loaded)
-        self.plan = epoch_plan(c, d, data, self.lengths, self.epoch)
+        self.plan = epoch_plan(c, d, data, self.lengths, self.at.epoch)
 
     def _resume_position(self, loaded: Loaded) -> None:
         """The optimiser state, the position and the checks of a resumed run."""
@@ -159,11 +172,8 @@ class Run:
         st = self.state
         try:
             load_optimizer_state(self.opt, self.tensors, st["optimizer"])
-            self.step, (self.epoch, self.index), self.tokens = (
-                st["step"],
-                st["position"],
-                st["tokens"],
-            )
+            step, (epoch, index), tokens = st["step"], st["position"], st["tokens"]
+            self.at = Position(step, epoch, index, tokens)
             stored_digest, saved_world = st["data_sha256"], int(st.get("world_size", 1))
         except (KeyError, ValueError, TypeError) as e:
             raise CheckpointError(
@@ -213,13 +223,13 @@ class Run:
             self.report = Reporter(
                 self.out,
                 bar,
-                keep_until=None if self.loaded is None else self.step,
+                keep_until=None if self.loaded is None else self.at.step,
                 log_every=c.log_every,
                 tensorboard=self.tensorboard,
             )
         self.echo(self.describe())
         self.echo(recipe_summary(c))
-        self.first, self.first_tokens = self.step, self.tokens
+        self.first, self.first_tokens = self.at.step, self.at.tokens
         self.t0 = time.monotonic()
         self.cpu0 = time.process_time()  # CPU seconds beside wall seconds: a busy machine
         self.stepping = 0.0  # seconds inside optimiser steps (no evaluation, no saving)
@@ -241,7 +251,7 @@ class Run:
             f"{'resuming' if self.loaded else 'training'} {c.task}{source}: "
             f"{len(data.examples):,} training examples, {held_out}, vocabulary "
             f"{data.tokenizer.get_vocab_size()}, {n_params:,} parameters{procs}{packed}; "
-            f"step {self.step}; writing to {self.out}"
+            f"step {self.at.step}; writing to {self.out}"
         )
 
     # -- the loop -----------------------------------------------------------------------------
@@ -253,17 +263,18 @@ class Run:
             return True
         return self.stop_reason is not None or self.interrupt.requested is not None
 
-    def train_step(self) -> bool:
+    def step(self) -> bool:
         """One optimiser step (the next micro-batches of the plan, a new epoch's when this one
         is used up), its log row and, on its schedule, an evaluation and a checkpoint. True
         when the run stops after it."""
         c, d = self.c, self.d
-        if self.index // self.per_step >= len(self.plan):
-            self.epoch, self.index = self.epoch + 1, 0
-            self.plan = epoch_plan(c, d, self.data, self.lengths, self.epoch)
-        micro = self.plan[self.index // self.per_step]
-        self.index, self.step = self.index + self.per_step, self.step + 1
-        step, lr = self.step, self.lr_at(self.step)
+        at = self.at
+        if at.index // self.per_step >= len(self.plan):
+            at = replace(at, epoch=at.epoch + 1, index=0)
+            self.plan = epoch_plan(c, d, self.data, self.lengths, at.epoch)
+        micro = self.plan[at.index // self.per_step]
+        self.at = at = replace(at, step=at.step + 1, index=at.index + self.per_step)
+        step, lr = at.step, self.lr_at(at.step)
         for g in self.opt.param_groups:
             g["lr"] = lr
         t_step = time.monotonic()
@@ -273,15 +284,15 @@ class Run:
             )
             if step % c.log_every == 0 or self.loss_value is None:  # read back at log steps
                 self.loss_value = mean_loss(loss_sum, ntok, d)
-        self.tokens += ntok
+        self.at = at = replace(at, tokens=at.tokens + ntok)
         self.stepping += time.monotonic() - t_step
         if c.compile and step == self.first + 1:
             self.echo(f"step {step} took {time.monotonic() - t_step:.1f} s: compile included")
         elapsed = time.monotonic() - self.t0
-        tok_s = (self.tokens - self.first_tokens) / max(elapsed, 1e-9)
+        tok_s = (at.tokens - self.first_tokens) / max(elapsed, 1e-9)
         if self.report is not None:
-            row = {"step": step, "epoch": self.epoch, "loss": self.loss_value, "lr": lr}
-            row |= {"tokens": self.tokens, "tok_per_s": round(tok_s, 1)}
+            row = {"step": step, "epoch": at.epoch, "loss": self.loss_value, "lr": lr}
+            row |= {"tokens": at.tokens, "tok_per_s": round(tok_s, 1)}
             row |= {"elapsed_s": round(elapsed, 3)}
             self.report.step(row | {"cpu_s": round(time.process_time() - self.cpu0, 3)}, self.first)
         if self.report is not None and step % c.eval_every == 0:
@@ -297,17 +308,17 @@ class Run:
         c, d = self.c, self.d
         stop = False
         with Interrupt() as self.interrupt:
-            while not stop and (c.max_steps is None or self.step < c.max_steps):
-                stop = self.train_step()
+            while not stop and (c.max_steps is None or self.at.step < c.max_steps):
+                stop = self.step()
             interrupted = self.interrupt.requested
             if (
                 self.report is not None
                 and not interrupted
-                and self.step % c.eval_every
-                and self.step > self.first
+                and self.at.step % c.eval_every
+                and self.at.step > self.first
             ):
                 self.evaluate()
-            if self.saved is None or self.saved.name != f"step-{self.step:08d}":
+            if self.saved is None or self.saved.name != f"step-{self.at.step:08d}":
                 self.saved = self.save()
             with d.guard("finishing"):
                 d.barrier()  # every rank returns once rank 0 has written the checkpoint
@@ -319,7 +330,7 @@ class Run:
         """Evaluate (rank 0), log, update best/ and the early-stop count."""
         c = self.c
         t_eval = time.monotonic()
-        row = evaluate(self.model, self.data, c, self.held, self.step, self.best.value)
+        row = evaluate(self.model, self.data, c, self.held, self.at.step, self.best.value)
         row["eval_s"] = round(time.monotonic() - t_eval, 3)  # shown in the progress line
         self.best, improved = self.best.update(row)
         self.report.evaluation(row, "  (best so far)" if improved else "")
@@ -338,24 +349,25 @@ class Run:
     def save(self) -> Path:
         """Gather every rank's generators and write checkpoint ``step-N`` (rank 0)."""
         d = self.d
-        with d.guard(f"saving step {self.step}"):
+        with d.guard(f"saving step {self.at.step}"):
             self.rng_states = d.all_gather(torch.get_rng_state())
             gpu = gpu_rng(current())
             self.gpu_states = [] if gpu is None else d.all_gather(gpu)
         if not d.is_main:
-            return self.out / f"step-{self.step:08d}"
-        return write_checkpoint(self.out, self.step, self.files({}), self.c.keep)
+            return self.out / f"step-{self.at.step:08d}"
+        return write_checkpoint(self.out, self.at.step, self.files({}), self.c.keep)
 
     def files(self, extra: dict[str, bytes]) -> dict[str, bytes]:
         """The checkpoint of the run as it stands (name -> bytes), with ``extra`` files."""
-        c, d, data, step = self.c, self.d, self.data, self.step
+        c, d, data, at = self.c, self.d, self.data, self.at
+        step = at.step
         opt_t, opt_meta = optimizer_state(self.opt)
         rng_t, rng_meta = rng_state(self.rng_states, self.gpu_states)
         state = {
             "data_sha256": self.digest,
             "step": step,
-            "position": [self.epoch, self.index],
-            "tokens": self.tokens,
+            "position": [at.epoch, at.index],
+            "tokens": at.tokens,
             "world_size": d.world_size,
             "accumulate": c.accumulate,
             "optimizer": opt_meta,

@@ -95,10 +95,10 @@ def _finish(run: Run) -> Path:
     finally:
         if run.report is not None:
             run.report.close()
-    speed = (run.tokens - run.first_tokens) / max(run.stepping, 1e-9)
+    speed = (run.at.tokens - run.first_tokens) / max(run.stepping, 1e-9)
     if interrupted:
         raise TrainingInterrupted(
-            f"interrupted ({interrupted}) after step {run.step}: checkpoint {run.saved} "
+            f"interrupted ({interrupted}) after step {run.at.step}: checkpoint {run.saved} "
             f"written; continue with: attnkit train --resume {run.out}",
             run.saved,
         )
@@ -106,7 +106,7 @@ def _finish(run: Run) -> Path:
         run.echo(run.stop_reason)
     procs = "" if not run.d.enabled else f", {run.d.world_size} processes"
     run.echo(
-        f"stopped at step {run.step} after {time.monotonic() - run.t0:.0f} s (training: "
+        f"stopped at step {run.at.step} after {time.monotonic() - run.t0:.0f} s (training: "
         f"{speed:,.0f} target tokens/s{procs}); checkpoint {run.saved}"
     )
     return run.saved
