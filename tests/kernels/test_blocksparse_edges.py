@@ -170,3 +170,16 @@ def test_band_edges_in_every_layout(layout):
     assert _plan_kind(spec, 4, 2, 97, 83, 8, 4) == "band"
     with blocks(8, 4):
         check(4, 2, "window", lq=97, lk=83, layout=layout, dtype=torch.float32, spec=spec)
+
+
+@pytest.mark.parametrize("hg", GROUPS)
+def test_band_edge_blocks_share_a_call_at_each_end(hg):
+    """The edge blocks at either end of a band plan run as one fused call each (each call is a
+    parallel region, which a loaded machine makes wait), and stay exact."""
+    h, g = hg
+    spec = S.sliding_window(40, 30, "bottom_right")  # 4 edge blocks at the start, 3 at the end
+    q, k = torch.zeros(2, h, 203, 8), torch.zeros(2, g, 211, 8)
+    plan = bs.make_plan(AttentionCall("dot", q, k, k, mask=spec.mask, scale=1.0), 8, 4)
+    assert plan.kind == "band" and len(plan.calls) == 2  # 7 before
+    with blocks(8, 4):
+        check(h, g, "window", lq=203, lk=211, dtype=torch.float32, spec=spec)
