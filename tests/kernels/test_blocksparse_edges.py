@@ -11,6 +11,7 @@ tests/support/numerics.py); rows without a key give output 0 and gradient 0, nev
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from attnkit import functional as F
 from attnkit.kernels import blocksparse as bs
 from attnkit.kernels import dispatch
 from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.tuning import DEFAULT, use
 from tests.kernels.blocksparse_check import check
 from tests.support import layouts
 from tests.support import masks as S
@@ -34,13 +36,16 @@ NATIVE_BF16 = bool(cpu.native_bf16())
 
 
 @contextmanager
-def blocks(block_q: int, block_kv: int):
-    """``blocksparse`` with these blocks, accepting any sparsity, for the calls inside."""
+def blocks(block_q: int, block_kv: int, band_forward: int = 8):
+    """``blocksparse`` with these blocks, accepting any sparsity, for the calls inside; a band
+    plan's forward runs its interior in blocks of ``band_forward`` rows when that divides
+    ``block_q`` (the tuning's ``blocksparse_band_block_q``)."""
     saved = kernels.BACKENDS["blocksparse"]
     kernels.BACKENDS["blocksparse"] = bs.BlocksparseBackend(block_q, block_kv, 0.0)
     dispatch.clear_cache()
     try:
-        yield
+        with use(replace(DEFAULT, blocksparse_band_block_q=band_forward)):
+            yield
     finally:
         kernels.BACKENDS["blocksparse"] = saved
         dispatch.clear_cache()
@@ -183,3 +188,20 @@ def test_band_edge_blocks_share_a_call_at_each_end(hg):
     assert plan.kind == "band" and len(plan.calls) == 2  # 7 before
     with blocks(8, 4):
         check(h, g, "window", lq=203, lk=211, dtype=torch.float32, spec=spec)
+
+
+@pytest.mark.parametrize("align", ALIGN)
+@pytest.mark.parametrize("hg", GROUPS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_band_forward_in_smaller_blocks_than_the_backward(align, hg, dtype):
+    """With gradients a band plan's forward runs its interior in blocks of 8 rows (fewer
+    masked entries) and the backward in blocks of 32, from the same rows' output and
+    log-sum-exp."""
+    h, g = hg
+    spec = S.sliding_window(10, 5, align) & S.causal(align)
+    q, k = torch.zeros(2, h, 203, 8), torch.zeros(2, g, 211, 8)
+    with blocks(32, 8, band_forward=8):
+        plan = bs.make_plan(AttentionCall("dot", q, k, k, mask=spec.mask, scale=1.0), 32, 8)
+        assert plan.kind == "band" and plan.interior_blocks >= 2
+        assert plan.forward_plan.block == 8 and plan.forward_plan.interior_blocks >= 8
+        check(h, g, "window", lq=203, lk=211, dtype=dtype, spec=spec)

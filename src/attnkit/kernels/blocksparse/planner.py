@@ -122,7 +122,7 @@ def _edge_runs(blocks: list[int], keys, bq: int, lq: int) -> list[tuple[int, int
     return [(r0, r1, lo, hi) for r0, r1, lo, hi, _ in runs]
 
 
-def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | None:
+def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype, sub: int) -> Plan | None:
     mask = call.mask
     band = mask.as_band()
     if band is None or mask.has_bias or _lead_dims(mask):
@@ -161,6 +161,7 @@ def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | 
         start=s0 + b0 * bq,
         window=w,
         mask=fmask,
+        sub_block=sub,
     )
 
 
@@ -336,7 +337,8 @@ def _to_elements(t: Tensor, mask: Mask, lead: int, lead_shape: tuple[int, ...]) 
 @dataclass(frozen=True)
 class PlanKey(MemoKey[Plan]):
     """What a plan depends on beyond the mask: the lengths, the block sizes, the dtype of its
-    tile masks, the leading dims of q the mask's batch dims cover, and the folded heads. The key
+    tile masks, the leading dims of q the mask's batch dims cover, the folded heads, and the
+    rows per block of a band's forward (``blocksparse_band_block_q`` of the tuning). The key
     of the plan in the call's memo and in the mask's ``plan_cache`` (for calls to come)."""
 
     q_len: int
@@ -346,6 +348,7 @@ class PlanKey(MemoKey[Plan]):
     dtype: torch.dtype
     lead_shape: tuple[int, ...]
     fold: int
+    sub_block: int = 0
 
 
 def make_plan(
@@ -367,7 +370,8 @@ def make_plan(
     block_kv = block_kv or current().blocksparse_block_kv
     dtype = dtype or call.dtype
     lead_shape = tuple(call.q.shape[: _lead_dims(call.mask)])
-    key = PlanKey(call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape, fold)
+    sub = current().blocksparse_band_block_q
+    key = PlanKey(call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape, fold, sub)
     return call.memo.get(key, lambda: _plan(call, key))
 
 
@@ -383,7 +387,7 @@ def _plan(call: AttentionCall, key: PlanKey) -> Plan:
         c = Call(0, call.q_len, 0, call.kv_len, is_causal=causal, band=band)
         plan = CallsPlan("docs", call.q_len, call.kv_len, calls=(c,))
     if plan is None:
-        plan = _band_plan(call, block_q, dtype) or _docs_plan(call, block_q)
+        plan = _band_plan(call, block_q, dtype, key.sub_block) or _docs_plan(call, block_q)
         plan = plan and fold_plan(plan, fold)
         plan = plan or fold_plan(_rows_plan(call, block_q, block_kv, dtype), fold)
         if mcache is not None:

@@ -18,7 +18,8 @@ Shape legend: ``P`` mask batch elements, ``R`` other batch dims, ``N`` = P * R, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -86,7 +87,10 @@ class BandPlan:
     ``start + (b - b0) * block``, in one batched call with one shared additive ``mask``
     (1, 1, block * fold, window); ``calls`` are the edge blocks (on (1, N, L, d) views).
     ``fold`` G > 1: q holds G query heads per row position (rows i * G .. i * G + G - 1, see
-    :mod:`~attnkit.kernels.blocksparse.fold`), a query block is ``block * G`` rows."""
+    :mod:`~attnkit.kernels.blocksparse.fold`), a query block is ``block * G`` rows.
+    ``sub_block`` s > 0 (dividing ``block``): the forward runs the interior as blocks of s rows
+    against windows of ``window - block + s`` keys (:attr:`forward_plan`), and the backward as
+    blocks of ``block`` rows; both read the same rows' output and log-sum-exp."""
 
     q_len: int
     kv_len: int
@@ -98,6 +102,7 @@ class BandPlan:
     mask: Tensor
     kind: str = "band"
     fold: int = 1
+    sub_block: int = 0
 
     @property
     def interior_blocks(self) -> int:
@@ -114,6 +119,33 @@ class BandPlan:
 
     def grad_masks(self) -> list[Tensor]:
         return []  # a band plan has no bias
+
+    @cached_property
+    def forward_plan(self) -> BandPlan:
+        """The plan whose interior the forward runs: this one, or with ``sub_block`` rows per
+        block (the same interior rows and first key; a block of s rows needs
+        ``window - block + s`` keys, so a forward computes fewer masked entries, while the
+        backward's per-window work favours large blocks)."""
+        s = self.sub_block
+        if not 0 < s < self.block or self.block % s:
+            return self
+        r, w = self.block // s, self.window - self.block + s
+        return replace(
+            self,
+            calls=(),
+            block=s,
+            interior=(self.interior[0] * r, self.interior[1] * r),
+            window=w,
+            mask=self.mask[..., : s * self.fold, :w].contiguous(),
+            sub_block=0,
+        )
+
+    def _interior_saved(self, out: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
+        """The interior's (output, log-sum-exp) in this plan's blocks: (N, nb, block * G, d)
+        (a view of ``out`` (N, Lq, d)) and (N, nb, block * G)."""
+        n = self.interior_blocks
+        o = out[:, self._rows()].unflatten(1, (n, -1))
+        return o, lse.reshape(o.shape[:-1])
 
     def _rows(self) -> slice:
         rows = self.block * self.fold
@@ -149,16 +181,17 @@ class BandPlan:
         s1 = None if sinks is None else sinks[None]
         saved = calls_forward(self.calls, q[None], k[None], v[None], scale, out, s1)
         if self.interior_blocks:
-            kw, vw = self._windows(k), self._windows(v)
-            dst = out[0, :, self._rows()].unflatten(1, (self.interior_blocks, -1))
-            if self.interior_blocks >= PER_ELEMENT_BLOCKS and sinks is None:
-                saved.append((dst, self._per_element(q, kw, vw, scale, dst)))
+            p = self.forward_plan if sinks is None else self
+            kw, vw = p._windows(k), p._windows(v)
+            dst = out[0, :, p._rows()].unflatten(1, (p.interior_blocks, -1))
+            if p.interior_blocks >= PER_ELEMENT_BLOCKS and sinks is None:
+                saved.append(self._interior_saved(out[0], p._per_element(q, kw, vw, scale, dst)))
                 return out[0], saved
-            o, lse = tiles.sdpa_fwd(self._blocks(q), kw, vw, self.mask, scale, False)
+            o, lse = tiles.sdpa_fwd(p._blocks(q), kw, vw, p.mask, scale, False)
             if sinks is not None:
                 o, lse = sink_forward(o, lse, self._blocks(sinks)[..., 0])
             dst.copy_(o)
-            saved.append((o, lse))
+            saved.append((o, lse) if p is self else self._interior_saved(out[0], lse))
         return out[0], saved
 
     def _per_element(self, q: Tensor, kw: Tensor, vw: Tensor, scale: float, dst: Tensor):
