@@ -24,6 +24,7 @@ from attnkit import functional as F
 from attnkit.kernels import blocksparse as bs
 from attnkit.kernels import dispatch
 from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.blocksparse import plans
 from attnkit.kernels.tuning import DEFAULT, use
 from tests.kernels.blocksparse_check import check
 from tests.support import layouts
@@ -190,13 +191,16 @@ def test_band_edge_blocks_share_a_call_at_each_end(hg):
         check(h, g, "window", lq=203, lk=211, dtype=torch.float32, spec=spec)
 
 
+@pytest.mark.parametrize("as_batch", [False, True], ids=["blocks x heads", "blocks as batch"])
 @pytest.mark.parametrize("align", ALIGN)
 @pytest.mark.parametrize("hg", GROUPS)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_band_forward_in_smaller_blocks_than_the_backward(align, hg, dtype):
+def test_band_forward_in_smaller_blocks_than_the_backward(align, hg, dtype, as_batch, monkeypatch):
     """With gradients a band plan's forward runs its interior in blocks of 8 rows (fewer
     masked entries) and the backward in blocks of 32, from the same rows' output and
-    log-sum-exp."""
+    log-sum-exp; the forward's interior as one call over (batch-heads, blocks) or with the
+    blocks as the call's batch (the output then in (L, N, d) memory)."""
+    monkeypatch.setattr(plans, "BLOCKS_AS_BATCH", 1 if as_batch else 10**9)
     h, g = hg
     spec = S.sliding_window(10, 5, align) & S.causal(align)
     q, k = torch.zeros(2, h, 203, 8), torch.zeros(2, g, 211, 8)
