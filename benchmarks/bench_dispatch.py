@@ -25,20 +25,11 @@ from __future__ import annotations
 import statistics
 
 import torch
-from common import interleaved_times, main, qkv, row
+from common import cpu_line, interleaved_times, main, qkv, row
 
 import attnkit
 from attnkit import kernels
 from attnkit import masks as M
-
-
-def _cpu() -> str:
-    """The CPU as the table prints it: model, torch capability, native bf16."""
-    from attnkit.cli.info import collect
-
-    cpu = collect()["cpu"]
-    bf16 = {True: "yes", False: "no", None: "unknown"}[cpu["native_bf16"]]
-    return f"{cpu['model']}, {cpu['torch_capability']}, native bf16 {bf16}"
 
 
 def _tuning() -> str:
@@ -85,7 +76,7 @@ def compare(q, k, v, mask, quick: bool, train: bool = False) -> dict:
             "auto_chose": chose,
             "ms": {n: round(s * 1e3, 2) for n, s in med.items()},
             "ratio_of_mins": round(min(times[best]) / min(times["auto"]), 3),
-            "cpu": _cpu(),
+            "cpu": cpu_line(),
             "tuning": _tuning(),
         },
     )

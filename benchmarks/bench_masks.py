@@ -4,12 +4,16 @@ with the dense boolean mask, torch SDPA ``is_causal`` and compiled FlexAttention
 Rows (B = 1, H = 8, d = 64, float32; ``--quick`` runs L = 1024 with few repeats):
 
 - sliding window |i - j| <= 128 at L = 16384: forward vs dense-mask SDPA (target >= 20x) and vs
-  compiled FlexAttention's steady state (>= 1.0x; compile and ``create_block_mask`` times in the
-  notes); forward+backward vs dense-mask SDPA forward+backward (>= 10x);
+  compiled FlexAttention's steady state (>= 1.5x; compile and ``create_block_mask`` times in the
+  notes); forward+backward vs dense-mask SDPA forward+backward (>= 40x);
 - documents at L = 16384 (8 documents of random lengths >= 64, as in the prototype): vs compiled
-  FlexAttention (>= 1.0x) and vs dense-mask SDPA, forward and forward+backward (FlexAttention has
+  FlexAttention (>= 1.5x) and vs dense-mask SDPA, forward and forward+backward (FlexAttention has
   no backward on CPU, so forward+backward is compared with dense-mask SDPA only);
 - local-causal (window 128 & causal) forward+backward at L = 16384 vs dense-mask SDPA;
+- ``roofline-window-16k`` / ``roofline-window-fwdbwd-16k``: the useful rate of the sliding window
+  at L = 16384 (flop of the allowed score entries only) as a share of dense SDPA's own rate at
+  L = 4096, both timed alternately in the same process (targets >= 0.8 forward, >= 0.7
+  forward+backward); the ratio column is that share;
 - causal at L = 4096 vs SDPA ``is_causal``: attnkit's auto dispatch sends a plain top-left causal
   mask to the ``dense`` backend (SDPA ``is_causal`` itself); the row times the ``blocksparse``
   kernel on the same mask (``causal("bottom_right")`` with Lq = Lk) and notes the auto time.
@@ -34,6 +38,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from common import (  # noqa: E402
     chosen_backend,
+    cpu_line,
     interleaved_times,
     main,
     measure_pair,
@@ -115,6 +120,7 @@ def _vs_dense_mask(length: int, reps: int, make_mask, what: str, backward: bool)
             check=err_s,
             plan_s=_plan_s(q, k, v, make_mask),
         )
+        res["extra"]["cpu"] = cpu_line()
         res["extra"]["attnkit_peak_mib"] = round(peak_memory_mib(ours), 1)
         res["extra"]["peer_peak_mib"] = round(peak_memory_mib(peer), 1)
     kind = "fwd+bwd" if backward else "fwd"
@@ -131,7 +137,7 @@ def swa_fwd_16k(quick: bool) -> dict:
     return _vs_dense_mask(length, reps, lambda: masks.sliding_window(W), "|i-j|<=128", False)
 
 
-@row("swa-fwdbwd-16k", "sliding window 128", "L=16384 fwd+bwd vs dense-mask SDPA", ">=10x")
+@row("swa-fwdbwd-16k", "sliding window 128", "L=16384 fwd+bwd vs dense-mask SDPA", ">=40x")
 def swa_fwdbwd_16k(quick: bool) -> dict:
     length, reps = (1024, 3) if quick else (16384, 3)
     return _vs_dense_mask(length, reps, lambda: masks.sliding_window(W), "|i-j|<=128", True)
@@ -203,10 +209,11 @@ def _vs_flex(length: int, reps: int, make_mask, mask_mod, what: str) -> dict:
     res["extra"]["flex_compile_s"] = round(res["extra"].pop("flex_first_call_s") - steady, 2)
     res["extra"]["flex_block_sparsity"] = f"{float(block_mask.sparsity()):.1f}%"
     res["extra"]["plan_s"] = _plan_s(q, k, v, make_mask)
+    res["extra"]["cpu"] = cpu_line()
     return dict(case=f"L={length} fwd, {what}", peer="compiled FlexAttention (steady state)", **res)
 
 
-@row("swa-fwd-16k-flex", "sliding window 128", "L=16384 fwd vs compiled FlexAttention", ">=1.0x")
+@row("swa-fwd-16k-flex", "sliding window 128", "L=16384 fwd vs compiled FlexAttention", ">=1.5x")
 def swa_fwd_16k_flex(quick: bool) -> dict:
     length, reps = (1024, 5) if quick else (16384, 7)
 
@@ -216,7 +223,7 @@ def swa_fwd_16k_flex(quick: bool) -> dict:
     return _vs_flex(length, reps, lambda: masks.sliding_window(W), swa, "|i-j|<=128")
 
 
-@row("doc-fwd-16k-flex", "documents", "L=16384 fwd vs compiled FlexAttention", ">=1.0x")
+@row("doc-fwd-16k-flex", "documents", "L=16384 fwd vs compiled FlexAttention", ">=1.5x")
 def doc_fwd_16k_flex(quick: bool) -> dict:
     length, reps = (1024, 5) if quick else (16384, 7)
     ids = _doc_ids(length)
@@ -225,6 +232,73 @@ def doc_fwd_16k_flex(quick: bool) -> dict:
         return ids[qi] == ids[kv]
 
     return _vs_flex(length, reps, lambda: masks.document(ids), doc, "8 documents")
+
+
+# ---------------------------------------------------------------------------------------------
+# roofline: the window's useful rate against dense SDPA's rate
+# ---------------------------------------------------------------------------------------------
+def _allowed_entries(length: int, half: int) -> int:
+    """Score entries a sliding window |i - j| <= half allows in an L x L matrix."""
+    i = torch.arange(length)
+    return int(((i + half).clamp(max=length - 1) - (i - half).clamp(min=0) + 1).sum())
+
+
+def _roofline(length: int, dense_length: int, reps: int, backward: bool) -> dict:
+    """The window's time against the time dense SDPA at ``dense_length`` takes for the same
+    useful flop (its measured rate), timed alternately: ratio = the window's share of the dense
+    rate."""
+    q, k, v = _qkv(length, grad=backward)
+    dq, dk, dv = _qkv(dense_length, grad=backward)
+    mask = masks.sliding_window(W)
+    g = torch.randn(B, H, length, D, generator=torch.Generator().manual_seed(1))
+    gd = torch.randn(B, H, dense_length, D, generator=torch.Generator().manual_seed(2))
+
+    def window():
+        out = attnkit.scaled_dot_product_attention(q, k, v, mask)
+        return torch.autograd.grad(out, (q, k, v), g) if backward else out
+
+    def dense():
+        out = F.scaled_dot_product_attention(dq, dk, dv)
+        return torch.autograd.grad(out, (dq, dk, dv), gd) if backward else out
+
+    ctx = torch.enable_grad() if backward else torch.inference_mode()
+    with ctx:
+        t = interleaved_times({"window": window, "dense": dense}, warmup=1, reps=reps)
+    useful = B * H * _allowed_entries(length, W)
+    per_entry = B * H * dense_length**2
+    med = {key: float(statistics.median(ts)) for key, ts in t.items()}
+    flop = 4 * D * (2.5 if backward else 1.0)  # per entry: q k^T and P v (backward 2.5x)
+    kind = "fwd+bwd" if backward else "fwd"
+    return dict(
+        case=f"L={length} {kind}, |i-j|<=128, useful GFLOP/s vs dense L={dense_length}",
+        impl_s=med["window"],
+        peer_s=med["dense"] * useful / per_entry,
+        peer=f"dense SDPA {kind} at L={dense_length}, its rate on the window's useful flop",
+        extra=dict(
+            backend=chosen_backend(q, k, v, mask),
+            window_useful_gflops=round(flop * useful / med["window"] / 1e9, 1),
+            dense_gflops=round(flop * per_entry / med["dense"] / 1e9, 1),
+            share_of_mins=round(min(t["dense"]) * useful / per_entry / min(t["window"]), 3),
+            reps=reps,
+            spread=f"{spread(t['window']):.0%}/{spread(t['dense']):.0%}",
+            cpu=cpu_line(),
+        ),
+    )
+
+
+@row("roofline-window-16k", "sliding window 128", "L=16384 fwd, share of dense rate", ">=0.8x")
+def roofline_window_16k(quick: bool) -> dict:
+    return _roofline(*((1024, 512, 5) if quick else (16384, 4096, 7)), backward=False)
+
+
+@row(
+    "roofline-window-fwdbwd-16k",
+    "sliding window 128",
+    "L=16384 fwd+bwd, share of dense rate",
+    ">=0.7x",
+)
+def roofline_window_fwdbwd_16k(quick: bool) -> dict:
+    return _roofline(*((1024, 512, 3) if quick else (16384, 4096, 5)), backward=True)
 
 
 # ---------------------------------------------------------------------------------------------

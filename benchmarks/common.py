@@ -168,6 +168,15 @@ def sdpa_pair_times(q, k, v, calls: int, reps: int, gqa: bool = False, warmup: i
         return interleaved_times({"impl": ours, "peer": peer}, warmup=warmup, reps=reps), err
 
 
+def cpu_line() -> str:
+    """The CPU as the tables print it: model, torch capability, native bf16."""
+    from attnkit.cli.info import collect
+
+    cpu = collect()["cpu"]
+    bf16 = {True: "yes", False: "no", None: "unknown"}[cpu["native_bf16"]]
+    return f"{cpu['model']}, {cpu['torch_capability']}, native bf16 {bf16}"
+
+
 def spread(times: list[float]) -> float:
     """Relative spread of repeated timings: (upper quartile - lower quartile) / median; a noise
     gauge to print next to a median (0.05 = 5 %)."""

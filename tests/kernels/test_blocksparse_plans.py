@@ -137,7 +137,7 @@ def test_band_forward_matches_the_reference_at_every_band_block(
     """Interior windows and edge blocks at every block size, odd lengths, Lq != Lk, the interior
     as one fused call or one per batch element: against the float64 reference of the same
     inputs (absolute floor: float32 accumulation, |out| <= 4)."""
-    monkeypatch.setattr(plans, "PER_ELEMENT_BLOCKS", 1 if per_element else 10**9)
+    monkeypatch.setattr(plans, "BLOCKS_AS_BATCH", 1 if per_element else 10**9)
     q, k, v = _qkv(lq, lk, seed=rows + lq)
     with use(dataclasses.replace(DEFAULT, blocksparse_band_block_q=rows)), torch.no_grad():
         out = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
@@ -152,7 +152,7 @@ def test_band_forward_matches_the_reference_at_every_band_block(
 def test_band_gradients_after_either_interior_forward(per_element, monkeypatch):
     """The backward reads the forward's saved output and logsumexp (a view of the output on the
     per-element route): gradients against float64 autograd of the dense reference."""
-    monkeypatch.setattr(plans, "PER_ELEMENT_BLOCKS", 1 if per_element else 10**9)
+    monkeypatch.setattr(plans, "BLOCKS_AS_BATCH", 1 if per_element else 10**9)
     mask = M.sliding_window(20)
     q, k, v = _qkv(301, 301, requires_grad=True, seed=7)
     out = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
@@ -190,11 +190,11 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
 def test_per_element_band_route_reads_every_layout(layout, monkeypatch):
     """The per-element interior calls on q, k, v in other memory layouts: output and gradients
     against float64 autograd of the dense reference on the same values."""
-    monkeypatch.setattr(plans, "PER_ELEMENT_BLOCKS", 1)
+    monkeypatch.setattr(plans, "BLOCKS_AS_BATCH", 1)
     ran = []
-    per_element = plans.BandPlan._per_element
+    per_element = plans.BandPlan._blocks_as_batch
     monkeypatch.setattr(
-        plans.BandPlan, "_per_element", lambda self, *a: ran.append(1) or per_element(self, *a)
+        plans.BandPlan, "_blocks_as_batch", lambda self, *a: ran.append(1) or per_element(self, *a)
     )
     mask = M.sliding_window(9, 0)
     q, k, v = (_layout(t.detach(), layout).requires_grad_() for t in _qkv(203, 203, seed=11))

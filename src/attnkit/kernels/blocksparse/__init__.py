@@ -233,7 +233,9 @@ def block_rows(call: AttentionCall, t: Tuning) -> int:
     mask (sliding or causal window) without gradients and without a softcap, where a block of
     B queries computes B + width keys per query (at width 257 on the 2-core EPYC, forward:
     32 rows 66 ms, 128 rows 97 ms); ``blocksparse_block_q`` otherwise (with gradients the
-    backward's per-window work favours large blocks: 128 rows 173 ms, 32 rows 209 ms)."""
+    backward's per-window work favours large blocks: 128 rows 173 ms, 32 rows 209 ms; the
+    forward of such a band still runs its interior in ``blocksparse_band_block_q`` rows,
+    :attr:`BandPlan.forward_plan`)."""
     m = call.mask
     if call.needs_grad or call.softcap is not None or m is None or m.as_band() is None:
         return t.blocksparse_block_q

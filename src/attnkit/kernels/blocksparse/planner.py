@@ -89,7 +89,40 @@ def _tile_call(
     return Call(q0, q1, lo, hi, None, fm, row_ok)
 
 
-def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | None:
+EDGE_MERGE = 1.25
+"""Consecutive edge blocks of a band plan share one fused call while the call computes at most
+this many times the score entries of their separate calls: each call is a parallel region of
+the fused op, which waits for every thread (about 0.15 ms quiet, 15 ms median on 2 cores
+under a load of 6), and the edges are a few percent of a long band's entries."""
+
+
+def _edge_runs(blocks: list[int], keys, bq: int, lq: int) -> list[tuple[int, int, int, int]]:
+    """Group consecutive edge blocks (sorted indices) into runs (b0, b1, lo, hi): blocks b0:b1
+    against the union lo:hi of their key ranges (``keys(b)`` -> (lo, hi), empty when
+    hi <= lo), a run growing while its area stays within :data:`EDGE_MERGE` of its blocks'."""
+
+    def rows(b0: int, b1: int) -> int:
+        return min(lq, b1 * bq) - b0 * bq
+
+    runs: list[list[int]] = []
+    for b in blocks:
+        lo, hi = keys(b)
+        area = rows(b, b + 1) * max(0, hi - lo)
+        if runs and runs[-1][1] == b:
+            r0, _, rlo, rhi, total = runs[-1]
+            if hi <= lo:
+                lo, hi = rlo, rhi
+            elif rlo < rhi:
+                lo, hi = min(lo, rlo), max(hi, rhi)
+            if rows(r0, b + 1) * max(0, hi - lo) <= EDGE_MERGE * (total + area):
+                runs[-1] = [r0, b + 1, lo, hi, total + area]
+                continue
+            lo, hi = keys(b)
+        runs.append([b, b + 1, lo, hi, area])
+    return [(r0, r1, lo, hi) for r0, r1, lo, hi, _ in runs]
+
+
+def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype, sub: int) -> Plan | None:
     mask = call.mask
     band = mask.as_band()
     if band is None or mask.has_bias or _lead_dims(mask):
@@ -111,18 +144,13 @@ def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | 
     c = torch.arange(w)[None, :]
     in_band = (c - r >= 0) & (c - r <= hi - lo)  # lo <= j - i - offset <= hi, window coords
     fmask, _ = _additive(in_band[None, None], None, dtype)  # every row has keys
+
+    def keys(b: int) -> tuple[int, int]:
+        return max(0, s0 + b * bq), min(lk, s0 + b * bq + w)
+
     edges = tuple(
-        _tile_call(
-            mask,
-            b * bq,
-            min(lq, b * bq + bq),
-            max(0, s0 + b * bq),
-            min(lk, s0 + b * bq + w),
-            call,
-            dtype,
-        )
-        for b in range(nb)
-        if not b0 <= b < b1
+        _tile_call(mask, r0 * bq, min(lq, r1 * bq), lo_, hi_, call, dtype)
+        for r0, r1, lo_, hi_ in _edge_runs([b for b in range(nb) if not b0 <= b < b1], keys, bq, lq)
     )
     return BandPlan(
         lq,
@@ -133,6 +161,7 @@ def _band_plan(call: AttentionCall, block_q: int, dtype: torch.dtype) -> Plan | 
         start=s0 + b0 * bq,
         window=w,
         mask=fmask,
+        sub_block=sub,
     )
 
 
@@ -308,7 +337,8 @@ def _to_elements(t: Tensor, mask: Mask, lead: int, lead_shape: tuple[int, ...]) 
 @dataclass(frozen=True)
 class PlanKey(MemoKey[Plan]):
     """What a plan depends on beyond the mask: the lengths, the block sizes, the dtype of its
-    tile masks, the leading dims of q the mask's batch dims cover, and the folded heads. The key
+    tile masks, the leading dims of q the mask's batch dims cover, the folded heads, and the
+    rows per block of a band's forward (``blocksparse_band_block_q`` of the tuning). The key
     of the plan in the call's memo and in the mask's ``plan_cache`` (for calls to come)."""
 
     q_len: int
@@ -318,6 +348,7 @@ class PlanKey(MemoKey[Plan]):
     dtype: torch.dtype
     lead_shape: tuple[int, ...]
     fold: int
+    sub_block: int = 0
 
 
 def make_plan(
@@ -339,7 +370,8 @@ def make_plan(
     block_kv = block_kv or current().blocksparse_block_kv
     dtype = dtype or call.dtype
     lead_shape = tuple(call.q.shape[: _lead_dims(call.mask)])
-    key = PlanKey(call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape, fold)
+    sub = current().blocksparse_band_block_q
+    key = PlanKey(call.q_len, call.kv_len, block_q, block_kv, dtype, lead_shape, fold, sub)
     return call.memo.get(key, lambda: _plan(call, key))
 
 
@@ -355,7 +387,7 @@ def _plan(call: AttentionCall, key: PlanKey) -> Plan:
         c = Call(0, call.q_len, 0, call.kv_len, is_causal=causal, band=band)
         plan = CallsPlan("docs", call.q_len, call.kv_len, calls=(c,))
     if plan is None:
-        plan = _band_plan(call, block_q, dtype) or _docs_plan(call, block_q)
+        plan = _band_plan(call, block_q, dtype, key.sub_block) or _docs_plan(call, block_q)
         plan = plan and fold_plan(plan, fold)
         plan = plan or fold_plan(_rows_plan(call, block_q, block_kv, dtype), fold)
         if mcache is not None:

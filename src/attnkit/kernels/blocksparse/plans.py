@@ -18,7 +18,8 @@ Shape legend: ``P`` mask batch elements, ``R`` other batch dims, ``N`` = P * R, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -74,9 +75,10 @@ class CallsPlan:
         return gq, gk, gv, gmasks, gs
 
 
-PER_ELEMENT_BLOCKS = 64
-"""Interior blocks from which a band's forward runs one fused call per batch element
-(:meth:`BandPlan._per_element`): each call then has enough blocks for every thread."""
+BLOCKS_AS_BATCH = 64
+"""Interior blocks from which a band's forward runs its interior as one fused call with the
+blocks as the call's batch and the batch elements as its heads (:meth:`BandPlan._blocks_as_batch`),
+writing the output in (L, N, d) memory."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,10 @@ class BandPlan:
     ``start + (b - b0) * block``, in one batched call with one shared additive ``mask``
     (1, 1, block * fold, window); ``calls`` are the edge blocks (on (1, N, L, d) views).
     ``fold`` G > 1: q holds G query heads per row position (rows i * G .. i * G + G - 1, see
-    :mod:`~attnkit.kernels.blocksparse.fold`), a query block is ``block * G`` rows."""
+    :mod:`~attnkit.kernels.blocksparse.fold`), a query block is ``block * G`` rows.
+    ``sub_block`` s > 0 (dividing ``block``): the forward runs the interior as blocks of s rows
+    against windows of ``window - block + s`` keys (:attr:`forward_plan`), and the backward as
+    blocks of ``block`` rows; both read the same rows' output and log-sum-exp."""
 
     q_len: int
     kv_len: int
@@ -98,6 +103,7 @@ class BandPlan:
     mask: Tensor
     kind: str = "band"
     fold: int = 1
+    sub_block: int = 0
 
     @property
     def interior_blocks(self) -> int:
@@ -114,6 +120,33 @@ class BandPlan:
 
     def grad_masks(self) -> list[Tensor]:
         return []  # a band plan has no bias
+
+    @cached_property
+    def forward_plan(self) -> BandPlan:
+        """The plan whose interior the forward runs: this one, or with ``sub_block`` rows per
+        block (the same interior rows and first key; a block of s rows needs
+        ``window - block + s`` keys, so a forward computes fewer masked entries, while the
+        backward's per-window work favours large blocks)."""
+        s = self.sub_block
+        if not 0 < s < self.block or self.block % s:
+            return self
+        r, w = self.block // s, self.window - self.block + s
+        return replace(
+            self,
+            calls=(),
+            block=s,
+            interior=(self.interior[0] * r, self.interior[1] * r),
+            window=w,
+            mask=self.mask[..., : s * self.fold, :w].contiguous(),
+            sub_block=0,
+        )
+
+    def _interior_saved(self, out: Tensor, lse: Tensor) -> tuple[Tensor, Tensor]:
+        """The interior's (output, log-sum-exp) in this plan's blocks: (N, nb, block * G, d)
+        (a view of ``out`` (N, Lq, d)) and (N, nb, block * G)."""
+        n = self.interior_blocks
+        o = out[:, self._rows()].unflatten(1, (n, -1))
+        return o, lse.reshape(o.shape[:-1])
 
     def _rows(self) -> slice:
         rows = self.block * self.fold
@@ -145,38 +178,46 @@ class BandPlan:
     def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float, sinks=None):
         """q (N, Lq, d), k, v (N, Lk, d), sinks (N, Lq, 1) or None -> (output (N, Lq, d),
         saved tensors)."""
-        out = q.new_empty((1,) + q.shape[:-1] + (v.shape[-1],))
+        p = self.forward_plan if sinks is None else self
+        if p.interior_blocks >= BLOCKS_AS_BATCH and sinks is None:  # (L, N, d) memory
+            out = q.new_empty((q.shape[1], q.shape[0], v.shape[-1])).transpose(0, 1)[None]
+        else:
+            out = q.new_empty((1,) + q.shape[:-1] + (v.shape[-1],))
         s1 = None if sinks is None else sinks[None]
         saved = calls_forward(self.calls, q[None], k[None], v[None], scale, out, s1)
         if self.interior_blocks:
-            kw, vw = self._windows(k), self._windows(v)
-            dst = out[0, :, self._rows()].unflatten(1, (self.interior_blocks, -1))
-            if self.interior_blocks >= PER_ELEMENT_BLOCKS and sinks is None:
-                saved.append((dst, self._per_element(q, kw, vw, scale, dst)))
+            kw, vw = p._windows(k), p._windows(v)
+            dst = out[0, :, p._rows()].unflatten(1, (p.interior_blocks, -1))
+            if p.interior_blocks >= BLOCKS_AS_BATCH and sinks is None:
+                lse = p._blocks_as_batch(q, kw, vw, scale, dst)
+                saved.append(self._interior_saved(out[0], lse))
                 return out[0], saved
-            o, lse = tiles.sdpa_fwd(self._blocks(q), kw, vw, self.mask, scale, False)
+            o, lse = tiles.sdpa_fwd(p._blocks(q), kw, vw, p.mask, scale, False)
             if sinks is not None:
                 o, lse = sink_forward(o, lse, self._blocks(sinks)[..., 0])
             dst.copy_(o)
-            saved.append((o, lse))
+            saved.append((o, lse) if p is self else self._interior_saved(out[0], lse))
         return out[0], saved
 
-    def _per_element(self, q: Tensor, kw: Tensor, vw: Tensor, scale: float, dst: Tensor):
-        """The interior windows as one fused call per batch element, its blocks as the call's
-        batch (nb, 1, block * G, d), each output copied into ``dst`` (N, nb, block * G, d) (the
-        rows of ``out``); returns the logsumexp (N, nb, block * G). The fused op writes its
-        output as (batch, rows, heads, d): with one head the blocks' rows come out in order and
-        each copy is contiguous, where one call over every element writes (N, rows, nb, d) and
-        gathering that back took 13% of the forward (L 16k, window 128)."""
-        qb = self._blocks(q)
-        lse = q.new_empty(qb.shape[:-1], dtype=torch.float32)
-        for e in range(qb.shape[0]):
-            oe, le = tiles.sdpa_fwd(
-                qb[e, :, None], kw[e, :, None], vw[e, :, None], self.mask, scale, False
-            )
-            dst[e].copy_(oe[:, 0])
-            lse[e] = le[:, 0]
-        return lse
+    def _blocks_as_batch(self, q: Tensor, kw: Tensor, vw: Tensor, scale: float, dst: Tensor):
+        """The interior windows as one fused call with the blocks as its batch and the batch
+        elements as its heads, (nb, N, block * G, d); its output copied into ``dst``
+        (N, nb, block * G, d), rows of an output in (L, N, d) memory; returns the logsumexp
+        (N, nb, block * G). The fused op writes its output as (batch, rows, heads, d), here
+        (blocks, rows, N, d): the rows in order, so the copy is contiguous, in one call (one
+        call per batch element, the earlier route, was one parallel region each: a loaded
+        machine made each wait; one call over (N, nb) writes (N, rows, nb, d), and gathering
+        that back took 13% of the forward at L 16k, window 128)."""
+        o, lse = tiles.sdpa_fwd(
+            self._blocks(q).transpose(0, 1),
+            kw.transpose(0, 1),
+            vw.transpose(0, 1),
+            self.mask,
+            scale,
+            False,
+        )
+        dst.copy_(o.transpose(0, 1))
+        return lse.transpose(0, 1)
 
     def backward(self, go: Tensor, q, k, v, saved, scale: float, sinks=None):
         """(gq, gk, gv, [], grad of sinks or None)."""
