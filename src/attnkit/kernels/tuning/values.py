@@ -59,8 +59,8 @@ class Tuning:
     blocksparse_band_block_q: int = field(
         default=32,
         metadata=_doc(
-            "query rows per block of a band mask (sliding or causal window) in calls "
-            "without gradients",
+            "query rows per block of a band mask (sliding or causal window) in the forward, "
+            "with or without gradients (the backward keeps blocksparse_block_q)",
             8,
             4096,
         ),
