@@ -23,8 +23,8 @@ from attnkit import cpu, kernels
 from attnkit import functional as F
 from attnkit.kernels import blocksparse as bs
 from attnkit.kernels import dispatch
-from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.blocksparse import plans
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.tuning import DEFAULT, use
 from tests.kernels.blocksparse_check import check
 from tests.support import layouts
