@@ -112,16 +112,15 @@ are skipped with one SDPA call per element and query block, each with its own ti
 ``auto`` dispatch counts them only when each such call skips at least this many score entries
 (summed over the heads); otherwise it judges by the blocks empty in every element.
 
-Measured (blocksparse vs dense, forward, fp32, d = 32, 2 threads on a shared 2-core machine,
-L = 128..4096, B x H = 1 x 8 .. 32 x 12, key padding of 10-50% fixed or varying per element,
-sliding windows; 109 cases over 2-3 runs): per-element calls skipping fewer than 2**20 entries
-each: median 0.86x, 0.17-1.39x (a BERT batch (32, 12, 256, 32), lengths 16-256, 2**17 per call:
-0.17-1.1x); 2**20-2**21 each (B x H = 2 x 8, L = 4096): 1.26-1.5x. Blocks empty in every
-element (MIN_EMPTY or more of them): median 1.39x, 0.56-7.0x, the losses (0.56-0.93x) all with
-one element of 8 heads and key padding at L = 128..2048 On a quiet 2-core EPYC the BERT batch
-(32, 12, 255, 32), lengths 16-255 (149k entries per call) ran 1.37x; at load 8 on the same CPU
-0.32x, and 0.2-0.55x from 56k to 786k per call. The default keeps dense (losing at most 27%
-where blocksparse would lose up to 83%); ``attnkit tune`` measures this threshold at BERT-like
+The calls run in streams (:mod:`.streams`: each on one thread, shared out between torch's
+threads), so no call opens a parallel region that waits for a descheduled thread. Measured
+(blocksparse vs dense, forward, fp32, 2 threads, AMD EPYC 2 cores, key padding with lengths
+L/16..L per element, 2026-11-28): skipped entries per call 24k-43k: 0.75-0.99x quiet,
+0.49-1.19x with a second process copying memory on the other core; 76k: 0.83-1.04x quiet,
+0.99-1.13x loaded; 113k (the BERT batch (32, 12, 255, 32)): 1.08-1.17x quiet, 1.12-1.21x
+loaded; 164k-295k: 1.16-1.34x loaded. Before the streams, the same BERT batch ran 0.26-0.57x
+under that load (every call a region of two threads), and the default was 2**20. The default
+sits between the tie (76k) and the win (113k); ``attnkit tune`` measures this threshold at BERT-like
 sizes (:func:`attnkit.autotune.element_calls`)."""
 
 

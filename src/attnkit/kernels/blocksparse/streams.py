@@ -77,10 +77,16 @@ def available() -> bool:
     return _set_team() is not None
 
 
-def _init_worker() -> None:
-    torch.get_num_threads()  # torch's per-thread set-up first, so it cannot undo the next line
-    _set_team()(1)
+def _init_worker(ready: threading.Barrier) -> None:
+    # One thread for torch's parallel loops and for the BLAS inside them: with the OpenMP team
+    # alone (omp_set_num_threads) the BLAS kept two threads and opened a region per product,
+    # 10x slower. torch's own per-thread set-up first (get_num_threads), or it would undo this
+    # at the first parallel loop; set_num_threads also sets the default of threads not yet
+    # started, which the pool puts back (:func:`_pool`).
+    torch.get_num_threads()
+    torch.set_num_threads(1)
     _STATE.worker = True
+    ready.wait()
 
 
 def streams_for(n_calls: int) -> int:
@@ -96,12 +102,21 @@ def streams_for(n_calls: int) -> int:
 
 
 def _pool(size: int) -> ThreadPoolExecutor:
+    """The workers, at least ``size``, each set up before the first stream: every one passes
+    the barrier of its set-up, then the caller's thread count is the default again."""
     global _POOL, _POOL_SIZE
     with _LOCK:
         if _POOL is None or _POOL_SIZE < size:
-            old = _POOL
-            _POOL = ThreadPoolExecutor(size, "attnkit-stream", initializer=_init_worker)
+            old, threads = _POOL, torch.get_num_threads()
+            ready = threading.Barrier(size + 1)
+            _POOL = ThreadPoolExecutor(
+                size, "attnkit-stream", initializer=_init_worker, initargs=(ready,)
+            )
             _POOL_SIZE = size
+            for _ in range(size):  # start every worker: each blocks in its set-up until all do
+                _POOL.submit(int)
+            ready.wait()
+            torch.set_num_threads(threads)  # the default of new threads, as the caller had it
             if old is not None:
                 old.shutdown(wait=False)
         return _POOL

@@ -135,29 +135,53 @@ def _mask_grad(c: Call, g: Tensor, qs, ks, vs, o, lse, scale: float) -> Tensor:
     return ds.sum_to_size(c.mask.shape).to(c.mask.dtype)
 
 
+def _backward_one(c: Call, s, go, q, k, v, scale, gq, gk, gv, sinks, gsinks):
+    """One call of :func:`calls_backward`: accumulates its gradients; its tile mask's gradient
+    or None."""
+    o, lse = s
+    g = c.sel(go, c.q0, c.q1)
+    g = g if c.row_ok is None else g * c.row_ok.to(g.dtype)
+    qs, ks, vs = c.sel(q, c.q0, c.q1), c.sel(k, c.lo, c.hi), c.sel(v, c.lo, c.hi)
+    a, b, d = sdpa_bwd(g, qs, ks, vs, o, lse, c.mask, scale, c.is_causal)
+    c.sel(gq, c.q0, c.q1).add_(a)
+    c.sel(gk, c.lo, c.hi).add_(b)
+    c.sel(gv, c.lo, c.hi).add_(d)
+    if gsinks is not None:
+        rs = (g * o).sum(-1)
+        c.sel(gsinks, c.q0, c.q1)[..., 0].add_(sink_grad(c.sel(sinks, c.q0, c.q1)[..., 0], lse, rs))
+    return _mask_grad(c, g, qs, ks, vs, o, lse, scale) if c.learns_mask else None
+
+
+def _own_elements(*grads) -> bool:
+    """True when each batch element of every gradient has memory of its own (no broadcast
+    batch dim), so calls of different elements never add into the same entries."""
+    return all(t is None or t.shape[0] == 1 or t.stride(0) != 0 for t in grads)
+
+
 def calls_backward(
     calls, go: Tensor, q, k, v, saved, scale: float, gq, gk, gv, sinks=None, gsinks=None
 ) -> list:
     """Accumulate the gradients of ``calls`` into gq, gk, gv (shaped like q, k, v) and, with
     ``sinks``, of the sink rows into ``gsinks`` (shaped like ``sinks``); returns the gradient
-    of every tile mask that requires grad, in call order."""
-    gmasks = []
-    for c, s in zip(calls, saved, strict=True):
-        if s is None:
-            continue
-        o, lse = s
-        g = c.sel(go, c.q0, c.q1)
-        g = g if c.row_ok is None else g * c.row_ok.to(g.dtype)
-        qs, ks, vs = c.sel(q, c.q0, c.q1), c.sel(k, c.lo, c.hi), c.sel(v, c.lo, c.hi)
-        a, b, d = sdpa_bwd(g, qs, ks, vs, o, lse, c.mask, scale, c.is_causal)
-        c.sel(gq, c.q0, c.q1).add_(a)
-        c.sel(gk, c.lo, c.hi).add_(b)
-        c.sel(gv, c.lo, c.hi).add_(d)
-        if gsinks is not None:
-            rs = (g * o).sum(-1)
-            c.sel(gsinks, c.q0, c.q1)[..., 0].add_(
-                sink_grad(c.sel(sinks, c.q0, c.q1)[..., 0], lse, rs)
-            )
-        if c.learns_mask:
-            gmasks.append(_mask_grad(c, g, qs, ks, vs, o, lse, scale))
-    return gmasks
+    of every tile mask that requires grad, in call order.
+
+    Calls of single batch elements run in streams (:mod:`.streams`), an element's calls in one
+    stream in their order, when there are enough elements: no two streams add into the same
+    gradient entries."""
+    live = [(i, c, s) for i, (c, s) in enumerate(zip(calls, saved, strict=True)) if s is not None]
+    by_elem: dict[int | None, list] = {}
+    for item in live:
+        by_elem.setdefault(item[1].p, []).append(item)
+    n = streams_for(len(by_elem))
+    if n > 1 and (None in by_elem or not _own_elements(gq, gk, gv, gsinks)):
+        n = 1
+
+    def element(items):
+        args = (go, q, k, v, scale, gq, gk, gv, sinks, gsinks)
+        return [(i, _backward_one(c, s, *args)) for i, c, s in items]
+
+    groups = list(by_elem.values()) if n > 1 else [live]
+    costs = [sum((c.q1 - c.q0) * (c.hi - c.lo) for _, c, _ in items) for items in groups]
+    done = run_streams([functools.partial(element, items) for items in groups], costs, n)
+    got = dict(pair for pairs in done for pair in pairs)
+    return [got[i] for i, c, _ in live if c.learns_mask]

@@ -45,7 +45,7 @@ class Tuning:
         metadata=_doc("the same with dropout (explicit tiles, slower per entry)", 0.0, 1.0),
     )
     blocksparse_element_call_entries: int = field(
-        default=2**20,
+        default=3 * 2**15,
         metadata=_doc(
             "least score entries each per-batch-element SDPA call must skip for auto to "
             "count blocks empty in only some elements",
