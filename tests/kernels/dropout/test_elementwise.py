@@ -160,6 +160,19 @@ def test_what_the_kernel_leaves_to_torch_is_torchs_dropout(make, p) -> None:
     assert torch.equal(got, want)
 
 
+def test_torch_func_transforms_take_torchs_dropout() -> None:
+    x = torch.randn(3, 20_000)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return kd.dropout(t, 0.5).sum()
+
+    torch.manual_seed(6)
+    g = torch.func.grad(f)(x[0])
+    assert set(g.unique().tolist()) <= {0.0, 2.0}
+    out = torch.func.vmap(lambda t: kd.dropout(t, 0.5), randomness="different")(x)
+    assert out.shape == x.shape and set((out / x).unique().tolist()) <= {0.0, 2.0}
+
+
 def test_meta_tensors_are_left_to_torch() -> None:
     x = torch.empty(20_000, device="meta")
     assert not kd.served(x, 0.1)

@@ -16,7 +16,8 @@ generator: ``torch.manual_seed`` and a restored RNG state reproduce the masks (n
 masks: the stream differs).
 
 Served: contiguous float32/float64 CPU tensors of at least :data:`MIN_ELEMENTS` elements,
-0 < p < 1, numba usable, outside ``torch.compile`` (Inductor fuses its own dropout). Everything
+0 < p < 1, numba usable, outside ``torch.compile`` (Inductor fuses its own dropout) and
+``torch.func`` transforms. Everything
 else goes to ``torch.nn.functional.dropout`` unchanged (:func:`served` says which).
 """
 
@@ -68,10 +69,21 @@ def served(x: Tensor, p: float) -> bool:
         and x.device.type == "cpu"
         and x.dtype in (torch.float32, torch.float64)
         and x.numel() >= MIN_ELEMENTS
+        and x.layout == torch.strided
         and x.is_contiguous()
         and not torch.compiler.is_compiling()
+        and _has_storage(x)
         and runtime.numba_missing() is None
     )
+
+
+def _has_storage(x: Tensor) -> bool:
+    """False for a functorch-wrapped tensor (``torch.func.grad``, ``vmap``): no storage."""
+    try:
+        x.data_ptr()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _flat(t: Tensor) -> np.ndarray:
