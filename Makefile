@@ -136,6 +136,12 @@ readme-hf: $(STAMP_DEV)
 bench: $(STAMP_RUN)
 	$(BIN)/attnkit bench
 
+# The same rows on a loaded memory bus: a second process copies memory in a loop on the other core
+# (issue 32's "busy host"); the record notes the copier's bandwidth. ROWS=... narrows it.
+.PHONY: bench-loaded
+bench-loaded: $(STAMP_RUN)
+	$(BIN)/attnkit bench --contend $(if $(ROWS),--only '$(ROWS)')
+
 # On a machine with a CUDA build of torch (any version): the CUDA tests and the GPU bench rows in
 # a venv on that torch (--system-site-packages, attnkit --no-deps), one table at the end.
 # GPU_PYTHON: the interpreter whose torch sees the GPU.

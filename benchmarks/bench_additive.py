@@ -116,7 +116,7 @@ def _compile_times() -> dict:
     """Cold compile time of the kernels (fresh numba cache directory, in this process: first
     forward, first backward, numba's import included) and the first forward + backward of a new
     process that finds them in that cache."""
-    from attnkit.kernels import additive_fused
+    from attnkit.kernels import additive as additive_fused
 
     with tempfile.TemporaryDirectory() as cache:
         os.environ["NUMBA_CACHE_DIR"] = cache

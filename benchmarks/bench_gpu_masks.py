@@ -31,7 +31,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 import attnkit
 from attnkit import masks
 from attnkit.kernels import BACKENDS
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 
 B, H, D, W = 4, 16, 64, 256
 KINDS = ("window", "docs", "pad")
@@ -165,7 +165,11 @@ def _build(kind: str, length: int, quick: bool) -> dict:
     flex = BACKENDS["flex"]
 
     def ours():  # a fresh mask object: no cached block map, no cached plan
-        return flex.plan(AttentionCall.dot(q, k, v, make(), D**-0.5, 0.0, False))
+        return flex.plan(
+            AttentionCall(
+                "dot", q, k, v, mask=make(), scale=D**-0.5, dropout_p=0.0, return_weights=False
+            )
+        )
 
     def theirs():
         return create_block_mask(mod, bb, None, length, length, device="cuda")

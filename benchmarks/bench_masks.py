@@ -47,7 +47,7 @@ from common import (  # noqa: E402
 import attnkit  # noqa: E402
 from attnkit import masks  # noqa: E402
 from attnkit.kernels import blocksparse  # noqa: E402
-from attnkit.kernels.base import AttentionCall  # noqa: E402
+from attnkit.kernels.call.base import AttentionCall  # noqa: E402
 
 B, H, D, W = 1, 8, 64, 128
 

@@ -26,6 +26,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:  # imported by path (tests) rather than run as a script
     sys.path.insert(0, str(BENCH_DIR))
 
+from harness.contention import Contention  # noqa: E402
 from harness.machine import cpu_summary, git_commit, machine_info, machine_line  # noqa: E402
 from harness.results import payload, summary, write_json_atomic  # noqa: E402
 from harness.row import Row, Spec  # noqa: E402
@@ -64,6 +65,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, metavar="FILE", help="save rows + machine info as JSON")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--list", action="store_true", help="list the rows that would run and exit")
+    p.add_argument(
+        "--contend",
+        action="store_true",
+        help="run the rows while a second process copies memory in a loop on one thread "
+        "(a loaded memory bus, as on a busy host); the record notes the copier's bandwidth",
+    )
     p.add_argument("--bench-dir", type=Path, default=BENCH_DIR, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if not a.timeout > 0:
@@ -117,11 +124,21 @@ def list_all(scripts: list[Path], a: argparse.Namespace, progress) -> tuple[list
     return specs, failed
 
 
+def _machine(a: argparse.Namespace, rows: list[Row]) -> dict:
+    """The machine record, with what loaded the bus when ``--contend`` ran (at the end)."""
+    m = machine_info(rows)
+    rec = getattr(a, "contention", None)
+    if rec is not None:
+        m["contention"] = rec.to_json()
+        m["contention_line"] = rec.line()
+    return m
+
+
 def _save(a: argparse.Namespace, rows: list[Row], started: float, partial: bool) -> None:
     if a.json:
         record = payload(
             rows,
-            machine_info(rows),
+            _machine(a, rows),
             quick=a.quick,
             only=a.only,
             timeout_s=a.timeout,
@@ -180,13 +197,18 @@ def main(argv: list[str] | None = None) -> int:
             progress.stop()
             err.print(f"no rows match --only {a.only}", markup=False)
             return 2
-        complete = run_all(specs, a, progress, rows, started)
+        if a.contend:
+            with Contention() as busy:
+                complete = run_all(specs, a, progress, rows, started)
+            a.contention = busy.record()
+        else:
+            complete = run_all(specs, a, progress, rows, started)
 
     cpu = cpu_summary()  # rows run on this machine: each records it
     for r in rows:
         r.cpu = r.cpu or cpu
     _save(a, rows, started, partial=not complete)
-    machine = machine_info(rows)
+    machine = _machine(a, rows)
     if a.markdown:
         print(f"Machine: {machine_line(machine)}\n")
         print(markdown_table(rows))

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit import calls, heads, kernels, reference
+from attnkit import call_checks, calls, heads, kernels, reference
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit.kernels import blocksparse as bs
 from attnkit.kernels import dispatch
+from attnkit.kernels.call import base as call_base
 from attnkit.nn import MultiHeadAttention
 from tests.support import grads as G
 from tests.support import layouts
@@ -126,7 +127,7 @@ class Seen:
         return recorded
 
     def forbid_repeats(self):
-        for mod in (heads, calls, kernels.base):
+        for mod in (heads, calls, call_base):
             for attr in ("repeat_heads", "repeat_kv_heads"):
                 if hasattr(mod, attr):
                     self.monkeypatch.setattr(mod, attr, self.no_repeat)
@@ -171,7 +172,7 @@ def test_backends_without_supports_gqa_get_repeated_heads(monkeypatch):
 def test_a_grouped_call_refused_by_a_backend_without_gqa():
     """A grouped call given straight to a backend without supports_gqa is refused, by name."""
     q, k, v = _qkv(4, 2)
-    call = kernels.base.AttentionCall("dot", q, k, v, scale=1.0)
+    call = call_base.AttentionCall("dot", q, k, v, scale=1.0)
     assert call.grouped
     assert "no grouped k/v heads (supports_gqa)" in kernels.BACKENDS["math"].not_supported_reasons(
         call
@@ -213,7 +214,7 @@ def test_repeated_grouped_signature_is_not_dispatched_again(monkeypatch):
     )
     selects = []
     monkeypatch.setattr(dispatch, "select", lambda *a, **kw: selects.append(a) or 1 / 0)
-    monkeypatch.setattr(calls, "_check_grouped", lambda *a: 1 / 0)
+    monkeypatch.setattr(call_checks, "check_grouped", lambda *a: 1 / 0)
     out = F.grouped_query_attention(q, k, v, mask)
     assert selects == []
     assert rel_err(out, ref) <= 1e-10

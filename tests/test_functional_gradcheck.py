@@ -11,6 +11,7 @@ import torch
 from attnkit import functional as F
 from attnkit import masks as M
 from tests.support import backends
+from tests.support import masks as S
 
 # the backends auto considers plus those it never tries for the score kind (as before the move)
 serving = functools.partial(backends.serving, ignore_speed=False)
@@ -23,7 +24,8 @@ def rand(gen: torch.Generator, *shape: int, dtype=torch.float64) -> torch.Tensor
 # ---------------------------------------------------------------------------------------------
 # gradcheck (float64, small sizes), every backend that can serve a call needing grad
 # ---------------------------------------------------------------------------------------------
-GRAD_MASKS = [None, M.causal("bottom_right"), M.key_padding([2, 0]), M.alibi(0.5) & M.causal()]
+GRAD_MASKS = [S.none(), S.causal("bottom_right"), S.key_padding([2, 0]), S.alibi(0.5) & S.causal()]
+"""Catalogue masks (tests/support/masks.py); the first three also for additive attention."""
 
 
 def _req(*ts):
@@ -31,9 +33,10 @@ def _req(*ts):
 
 
 @pytest.mark.parametrize(
-    "mask", GRAD_MASKS, ids=["none", "causal_br", "key_padding", "alibi&causal"]
+    "spec", GRAD_MASKS, ids=["none", "causal_br", "key_padding", "alibi&causal"]
 )
-def test_gradcheck_scaled_and_unscaled(mask):
+def test_gradcheck_scaled_and_unscaled(spec):
+    mask = spec.mask
     gen = torch.Generator().manual_seed(13)
     q, k, v = _req(rand(gen, 2, 2, 3), rand(gen, 2, 3, 3), rand(gen, 2, 3, 2))
     names = serving("dot", q, k, v, mask, rw=False)
@@ -55,8 +58,9 @@ def test_gradcheck_scaled_and_unscaled(mask):
     )
 
 
-@pytest.mark.parametrize("mask", GRAD_MASKS[:3], ids=["none", "causal_br", "key_padding"])
-def test_gradcheck_additive_and_general(mask):
+@pytest.mark.parametrize("spec", GRAD_MASKS[:3], ids=["none", "causal_br", "key_padding"])
+def test_gradcheck_additive_and_general(spec):
+    mask = spec.mask
     gen = torch.Generator().manual_seed(14)
     q, k, v = _req(rand(gen, 2, 2, 3), rand(gen, 2, 3, 2), rand(gen, 2, 3, 2))
     w_q, w_k, w_v = _req(rand(gen, 3, 3), rand(gen, 3, 2), rand(gen, 3))

@@ -4,7 +4,6 @@ references (float64: relative error <= 1e-10)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -12,16 +11,11 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS, dispatch
-from attnkit.kernels.base import Backend
+from attnkit.kernels.call.backend import Backend
+from tests.support import masks as S
+from tests.support.numerics import rel_err
 
 TOL = 1e-10
-
-
-def rel(a: torch.Tensor, b) -> float:
-    a = a.detach().double().numpy()
-    b = b.detach().double().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
-    n = np.linalg.norm(b)
-    return float(np.linalg.norm(a - b) / (n if n > 0 else 1.0))
 
 
 def rand(*shape, seed=0, grad=False):
@@ -48,29 +42,30 @@ def test_repeat_kv_heads_is_repeat_interleave(shape):
 
 
 MASKS = {
-    "none": lambda: None,
-    "causal": lambda: M.causal("bottom_right"),
-    "key_padding": lambda: M.key_padding([9, 4]),
-    "per-head tensor": lambda: rand(1, 6, 5, 9, seed=3) > -0.5,
+    "none": S.none(),
+    "causal": S.causal("bottom_right"),
+    "key_padding": S.key_padding([9, 4]),
+    "per-head tensor": S.raw(rand(1, 6, 5, 9, seed=3) > -0.5),
 }
+"""Catalogue masks (tests/support/masks.py) for q (2, 6, 5, d) and k/v (2, g, 9, d)."""
 
 
 @pytest.mark.parametrize("mask_name", list(MASKS))
 @pytest.mark.parametrize("g", [1, 2, 3])
 def test_grouped_query_attention_equals_repeated_heads(mask_name, g):
     """Output, weights and gradients equal attention over explicitly repeated k/v heads."""
-    mask = MASKS[mask_name]()
+    mask = MASKS[mask_name].mask
     q = rand(2, 6, 5, 4, seed=1, grad=True)
     k, v = rand(2, g, 9, 4, seed=2, grad=True), rand(2, g, 9, 3, seed=4, grad=True)
     out, w = F.grouped_query_attention(q, k, v, mask, return_weights=True)
     kr, vr = k.repeat_interleave(6 // g, 1), v.repeat_interleave(6 // g, 1)
     ref_out, ref_w = F.scaled_dot_product_attention(q, kr, vr, mask, return_weights=True)
-    assert rel(out, ref_out) <= TOL and rel(w, ref_w) <= TOL
+    assert rel_err(out, ref_out) <= TOL and rel_err(w, ref_w) <= TOL
     go = rand(*out.shape, seed=5)
     grads = torch.autograd.grad(out, (q, k, v), go)
     ref = torch.autograd.grad(ref_out, (q, k, v), go)
     for a, b in zip(grads, ref, strict=True):
-        assert rel(a, b) <= TOL
+        assert rel_err(a, b) <= TOL
 
 
 class NativeGQA(Backend):
@@ -103,7 +98,7 @@ def test_backend_with_supports_gqa_gets_k_and_v_without_copies(monkeypatch):
     assert b.seen == [(2, 2, 9, 4)]  # G = 2 heads reached the backend
     kr, vr = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
     ref = F.scaled_dot_product_attention(q, kr, vr, backend="math")
-    assert rel(out, ref) <= TOL
+    assert rel_err(out, ref) <= TOL
     F.grouped_query_attention(q, k, v, M.causal())  # a backend without it gets repeated heads
     assert len(b.seen) == 1
     dispatch.clear_cache()
@@ -128,5 +123,5 @@ def test_multi_head_attention_grouped_query_equals_reference(g):
         x.numpy(), y.numpy(), wq.T.numpy(), per_head(wk, dk).T.numpy(),
         per_head(wv, dv).T.numpy(), wo.T.numpy(), h, mask=mask.numpy(),
     )  # fmt: skip
-    assert rel(out, ref.output) <= TOL
-    assert rel(w, ref.weights) <= TOL
+    assert rel_err(out, ref.output) <= TOL
+    assert rel_err(w, ref.weights) <= TOL

@@ -32,7 +32,7 @@ def test_dry_run_lists_every_step_and_creates_nothing():
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "--system-site-packages" in out and "--no-deps" in out
-    assert "-m cuda" in out and "tests/kernels/test_device_path.py" in out
+    assert "-m cuda" in out and "tests/kernels/policy/test_device_path.py" in out
     assert "run.py --scripts gpu" in out and "--quick" in out
     assert not (ROOT / ".gpu-venv").exists()
 

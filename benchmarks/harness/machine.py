@@ -114,4 +114,5 @@ def machine_line(m: dict[str, Any]) -> str:
         f"torch {m['torch']}{threads}, numba {m['numba']}, python {m['python']}; "
         f"{m['date']}, commit {m['git_commit']}, load avg {load}"
         + (f"; attnkit info failed: {m['info_error']}" if m.get("info_error") else "")
+        + (f"; loaded bus: {m['contention_line']}" if m.get("contention_line") else "")
     )

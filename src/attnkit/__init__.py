@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnkit.lazy import lazy_exports
-
-__version__ = "0.1.0"
+from attnkit.version import __version__ as __version__
 
 _LAZY = {
-    "PrecisionWarning": "attnkit.kernels.precision",
+    "PrecisionWarning": "attnkit.kernels.policy.precision",
     "additive_attention": "attnkit.functional",
     "dot_product_attention": "attnkit.functional",
     "explain_dispatch": "attnkit.functional",
@@ -58,7 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
         multi_head_attention,
         scaled_dot_product_attention,
     )
-    from attnkit.kernels.precision import PrecisionWarning  # noqa: F401
+    from attnkit.kernels.policy.precision import PrecisionWarning  # noqa: F401
 
 
 __getattr__ = lazy_exports(__name__, {**_LAZY, **{name: f"attnkit.{name}" for name in _SUBMODULES}})

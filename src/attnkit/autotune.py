@@ -5,8 +5,8 @@ Each measurement is a function in :data:`MEASUREMENTS` that takes the :class:`Bu
 returns a :class:`Found`: the constants it settles and what it saw, in words. Every timing
 compares ways of computing the same call in one process, alternately (A B A B ...). A choice
 between candidates decides on the median of the per-pair ratios and keeps their spread
-(:func:`attnkit.tune_rules.choose`): a candidate replaces the value in use only when it is
-faster beyond the spread, and the decision's :class:`~attnkit.kernels.tuning_sureness.Sureness`
+(:func:`attnkit.kernels.tuning.rules.choose`): a candidate replaces the value in use only when it is
+faster beyond the spread, and the decision's :class:`~attnkit.kernels.tuning.sureness.Sureness`
 is stored (``attnkit info`` shows it). Cost measurements keep the fastest of a few repeats
 (noise from other processes only adds time). When unsure (the candidates within ``Budget.margin``
 of each other), a measurement keeps the choice that loses least: dense over blocksparse, the
@@ -28,21 +28,21 @@ from datetime import datetime, timezone
 import torch
 
 from attnkit import masks as M
+from attnkit.calls import parse
 from attnkit.functional import additive_attention, scaled_dot_product_attention
-from attnkit.kernels import scan
-from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
+from attnkit.kernels.policy import scan
 from attnkit.kernels.tuning import DEFAULT, Tuning, current, use
-from attnkit.kernels.tuning_sureness import Sureness
-from attnkit.tune_results import Budget, Found, Tuned
-from attnkit.tune_rules import (
+from attnkit.kernels.tuning.results import Budget, Found, Tuned
+from attnkit.kernels.tuning.rules import (
     choose,
     element_threshold,
     near_margin,
     ratio_stats,
     split_k_ranges,
 )
-from attnkit.tune_timing import best_times, median_time, pairs, race_times
+from attnkit.kernels.tuning.sureness import Sureness
+from attnkit.kernels.tuning.timing import best_times, median_time, pairs, race_times
 
 __all__ = ["MEASUREMENTS", "Budget", "Found", "Tuned", "tune"]
 
@@ -120,7 +120,7 @@ def _padded(b: int, h: int, length: int, d: int, lengths: torch.Tensor):
     q, k, v = _qkv(b, h, length, d)
     mask = M.key_padding(lengths)
     t = current()
-    call = AttentionCall.dot(q, k, v, mask, d**-0.5, 0.0, False)
+    call = parse("dot", q, k, v, mask, scale=d**-0.5, select=False).call
     e = empty_blocks(call, t.blocksparse_block_q, t.blocksparse_block_kv)
     decides = e.every < t.blocksparse_min_empty <= e.each
     return q, k, v, mask, (e.skipped_per_call if decides else None)
@@ -274,7 +274,7 @@ def additive_tiles(budget: Budget) -> Found:
     """``additive_block_q`` / ``additive_block_k`` / ``numba_parts_per_thread``: the fastest
     tile of the fused additive kernels (forward and backward, B=2, H=4, L = budget.length / 4,
     causal), then the fastest work split with that tile."""
-    from attnkit.kernels.numba_runtime import numba_missing
+    from attnkit.kernels.numba.runtime import numba_missing
 
     if numba_missing():
         return Found({}, numba_missing() or "numba is not usable")
@@ -322,8 +322,8 @@ def additive_tiles(budget: Budget) -> Found:
 def decode_split_k(budget: Budget) -> Found:
     """``decode_split_k_ranges``: per range of k and v bytes, whether a float32 decode step
     (q (1, 8, 1, 64)) runs on the numba split-K kernel or on torch ops. Both are raced
-    alternately at each size; :func:`~attnkit.tune_rules.split_k_ranges` gives torch ops the
-    sizes where they are faster beyond the spread of the races (ties keep the kernel: both read
+    alternately at each size; :func:`~attnkit.kernels.tuning.rules.split_k_ranges` gives torch ops
+    the sizes where they are faster beyond the spread of the races (ties keep the kernel: both read
     the same bytes). Without numba: not measured."""
     from attnkit.kernels.decode.kernel import attend
     from attnkit.kernels.decode.split_k import numba_missing

@@ -1,266 +1,135 @@
-"""From user arguments to a validated :class:`~attnkit.kernels.base.AttentionCall`.
+"""The one front door of every attention call: :func:`parse`, from user arguments to a
+:class:`Parsed` record (the validated :class:`~attnkit.kernels.call.base.AttentionCall`, the
+backend that runs it, and the call's :class:`Signature`).
 
-Every check of :mod:`attnkit.functional` lives here, in the order "cheap first": options
-(backend name, flags, probabilities), then tensors (type, dtype, device, rank, batch dims,
-widths, lengths), then the mask (the only check that may build small tensors). Errors start
-with the argument name the caller used.
+It is the only place that validates (the checks are :mod:`attnkit.call_checks`) and the only
+constructor of ``AttentionCall``. Every public function of :mod:`attnkit.functional` calls it
+and hands the record to :func:`attnkit.kernels.dispatch.run`.
 
-:func:`dot_call` also remembers the outcome per call signature (see
-:mod:`attnkit.kernels.dispatch`): a repeated signature skips the checks and the choice and
-only builds the call.
+A dot-product call whose signature (tensor types, shapes, strides, dtypes, devices, grad flags,
+the mask's identity, the options) was seen before skips the checks and the choice: dispatch
+remembers the outcome per signature (``dispatch.CACHE``), and the call is built without the
+frozen dataclass's per-field ``object.__setattr__`` (the per-call fast path, :func:`_remembered`).
 """
 
 from __future__ import annotations
 
 import math
-import re
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
+from attnkit import call_checks as cc
 from attnkit import checks
-from attnkit import tensor_checks as tc
-from attnkit.kernels import dispatch, numerics
-from attnkit.kernels.base import AttentionCall, Backend, ungrouped
-from attnkit.kernels.dispatch import CACHE, Choice, mask_key
-from attnkit.kernels.scan import plan3
-from attnkit.masks import Mask, from_tensor
+from attnkit.heads import split_heads
+from attnkit.kernels import dispatch
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall, ungrouped
+from attnkit.kernels.call.memo import CallMemo
+from attnkit.kernels.dispatch import CACHE, mask_key, tensor_key
+from attnkit.kernels.policy.scan import plan3
 
-__all__ = [
-    "additive_call",
-    "check_mask",
-    "check_qkv",
-    "check_softcap_sinks",
-    "dot_call",
-    "grouped_call",
-    "grouped_for",
-    "probe",
-    "scale_or_default",
-    "select_grouped",
-]
+__all__ = ["Kind", "Parsed", "Signature", "grouped_for", "parse"]
+
+Kind = Literal["dot", "dot-unscaled", "gqa", "general", "additive", "multi-head"]
+"""What :func:`parse` parses: scaled / unscaled dot products, grouped-query attention (k, v
+with G < H heads), Luong's general and Bahdanau's additive scores, and multi-head attention
+(``q``, ``k``, ``v`` then are query, key and value before their projections)."""
+
+_KINDS = ("dot", "dot-unscaled", "gqa", "general", "additive", "multi-head")
 
 
-def check_qkv(q: object, k: object, v: object, same_width: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """q (..., Lq, dk), k (..., Lk, dk or any width), v (..., Lk, dv): floating tensors of one
-    dtype and device, identical batch dims, non-empty; errors name q, k or v."""
-    q, k, v = tc.floating_tensor("q", q), tc.floating_tensor("k", k), tc.floating_tensor("v", v)
-    tc.like("k", k, q, "q")
-    tc.like("v", v, q, "q")
-    if q.dim() < 2:
+class Signature(NamedTuple):
+    """What a remembered choice depends on: dispatch's key for a call (``dispatch.CACHE``).
+
+    q, k, v: (type, shape, stride, dtype, device, requires_grad); mask:
+    :func:`~attnkit.kernels.dispatch.mask_key` (None: the mask cannot be remembered); each
+    option with its type (1, 1.0 and True hash alike); the requested backend name; the grad
+    mode; sinks as :func:`~attnkit.kernels.dispatch.tensor_key` with its type (or None).
+    A named tuple: hashed and compared in C at every lookup (a dataclass's generated
+    ``__hash__`` and ``__eq__`` would run Python code on the per-call path).
+    """
+
+    kind: str
+    q: tuple
+    k: tuple
+    v: tuple
+    mask: tuple | None
+    scale: tuple
+    dropout_p: tuple
+    return_weights: tuple
+    backend: object
+    grad: bool
+    softcap: tuple
+    sinks: tuple | None
+
+
+class Parsed(NamedTuple):
+    """What :func:`parse` returns: the call, the backend that runs it (None when parsed with
+    ``select=False``, for ``explain_dispatch``), and the call's signature (None when the call
+    is not remembered: non-dot kinds, masks without a stable identity)."""
+
+    call: AttentionCall
+    backend: Backend | None
+    signature: Signature | None
+
+
+def parse(
+    kind: Kind,
+    q: object,
+    k: object,
+    v: object,
+    mask: object = None,
+    *,
+    scale: object = None,
+    dropout_p: object = 0.0,
+    return_weights: object = False,
+    backend: object = "auto",
+    softcap: object = None,
+    sinks: object = None,
+    select: bool = True,
+    **weights: object,
+) -> Parsed:
+    """Check every argument of an attention call of ``kind`` (cheap checks first) and build
+    the call and its backend; a remembered dot-product signature skips both.
+
+    q (..., Lq, dk), k (..., Lk, dk), v (..., Lk, dv) (for ``"gqa"``: q (..., H, Lq, dk), k and
+    v with G heads dividing H); ``mask``, ``scale``, ``dropout_p``, ``return_weights``,
+    ``backend``, ``softcap``, ``sinks`` as in
+    :func:`attnkit.functional.scaled_dot_product_attention`.
+    ``weights``: ``w`` (dq, dk) for ``"general"``; ``w_q``, ``w_k``, ``w_v`` for
+    ``"additive"``; for ``"multi-head"`` (q, k, v = query (B, Lq, E), key, value)
+    ``num_heads``, ``num_kv_heads``, ``w_q``, ``w_k``, ``w_v``, ``w_o``, ``b_q``, ``b_k``,
+    ``b_v``, ``b_o`` and ``average_weights``, with their projections computed only after
+    every check. ``select=False``: no backend is chosen (``Parsed.backend`` None) and nothing
+    is remembered. Errors name the argument as the caller passed it."""
+    signature = None
+    if select and (kind == "dot" or kind == "gqa" or kind == "dot-unscaled"):
+        hit = _remembered(
+            kind, q, k, v, mask, scale, dropout_p, return_weights, backend, softcap, sinks
+        )
+        if type(hit) is Parsed:
+            return hit
+        signature = hit  # None or the signature to remember
+    if kind == "gqa" and isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() >= 3:
+        if k.dim() == q.dim() and k.shape[-3] == q.shape[-3]:
+            kind = "dot"  # G = H: checked and chosen as plain attention
+    options = (scale, dropout_p, return_weights, backend)
+    if kind == "dot" or kind == "dot-unscaled" or kind == "gqa":
+        return _dot(kind, q, k, v, mask, options, softcap, sinks, select, signature)
+    if kind == "multi-head":
+        return _multi_head(q, k, v, mask, options, softcap, sinks, **weights)
+    if softcap is not None or sinks is not None:
         raise ValueError(
-            f"q: expected shape (..., Lq, d_k) with at least 2 dims, got {tuple(q.shape)}"
+            "softcap, sinks: defined for dot-product scores only (kind='dot'), "
+            f"not for {kind} attention"
         )
-    for name, t, what in (("k", k, "(..., Lk, d_k)"), ("v", v, "(..., Lk, d_v)")):
-        if t.dim() != q.dim():
-            raise ValueError(
-                f"{name}: expected {q.dim()} dims {what} like q {tuple(q.shape)}, "
-                f"got {tuple(t.shape)}"
-            )
-        if t.shape[:-2] != q.shape[:-2]:
-            raise ValueError(
-                f"{name}: batch dims {tuple(t.shape[:-2])} do not match q's {tuple(q.shape[:-2])} "
-                "(attnkit does not broadcast batch dims; expand them explicitly)"
-            )
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if 0 in t.shape:
-            raise ValueError(f"{name}: expected non-empty dims, got shape {tuple(t.shape)}")
-    if same_width and k.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
-        )
-    if v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
-    return q, k, v
-
-
-def _lift(mask: Tensor, batch: tuple[int, ...], q_len: int, kv_len: int) -> Mask:
-    """A (checked) mask tensor right-aligned against batch + (Lq, Lk), as a mask object."""
-    full = mask.reshape((1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape))
-    return from_tensor(full.expand(full.shape[:-2] + (q_len, kv_len)))
-
-
-def check_mask(
-    mask: object,
-    batch: tuple[int, ...],
-    q_len: int,
-    kv_len: int,
-    device: torch.device | None = None,
-    name: str = "mask",
-) -> Mask | None:
-    """The mask argument ``name`` checked against scores of shape batch + (Lq, Lk), as a mask
-    object whose batch_shape lines up with ``batch`` (or None).
-
-    A tensor must be bool or floating, on ``device`` (when given) and broadcastable with
-    torch's right-aligned rules; a mask object's batch_shape must line up with the leading
-    ``batch`` dims and it must accept the lengths. Errors start with ``name``."""
-    if mask is None:
-        return None
-    target = tuple(batch) + (q_len, kv_len)
-    if isinstance(mask, Tensor):
-        if mask.dtype != torch.bool and not mask.is_floating_point():
-            raise TypeError(f"{name}: expected a bool or floating tensor, got dtype {mask.dtype}")
-        if device is not None and mask.device != device:
-            raise ValueError(f"{name}: expected device {device} like q, got {mask.device}")
-        if (
-            mask.dim() < 2
-            or mask.dim() > len(target)
-            or any(m not in (1, t) for m, t in zip(mask.shape[::-1], target[::-1]))
-        ):
-            raise ValueError(
-                f"{name}: expected a shape broadcastable to (..., Lq, Lk) = {target}, "
-                f"got {tuple(mask.shape)}"
-            )
-        return _lift(mask, tuple(batch), q_len, kv_len)
-    if not isinstance(mask, Mask):
-        raise TypeError(
-            f"{name}: expected a Mask object, a bool/float torch.Tensor or None, "
-            f"got {type(mask).__name__}"
-        )
-    mb = mask.batch_shape
-    if len(mb) > len(batch) or any(m not in (1, b) for m, b in zip(mb, batch)):
-        raise ValueError(
-            f"{name}: its batch shape {mb} does not line up with the leading batch dims "
-            f"{tuple(batch)} of the scores {target}"
-        )
-    try:
-        mask.tile(0, 1, 0, 1, q_len, kv_len)  # lets the mask check its own lengths now
-    except ValueError as e:
-        raise ValueError(f"{name}: " + re.sub(r"^mask( \(t\))?: ", "", str(e))) from None
-    return mask
-
-
-def check_softcap_sinks(
-    softcap: object, sinks: object, q: Tensor
-) -> tuple[float | None, Tensor | None]:
-    """(softcap, sinks) checked against q (..., H, Lq, dk): ``softcap`` None or a positive
-    finite number; ``sinks`` None or a floating tensor of shape (H,) with q's dtype and device
-    (one logit per query head, so q needs a head dim)."""
-    cap = None if softcap is None else checks.positive_float("softcap", softcap)
-    if sinks is None:
-        return cap, None
-    sinks = tc.floating_tensor("sinks", sinks)
-    tc.like("sinks", sinks, q, "q")
-    if q.dim() < 3:
-        raise ValueError(
-            f"sinks: one logit per query head needs q with a head dim (..., H, Lq, d_k), "
-            f"got q of shape {tuple(q.shape)}"
-        )
-    if sinks.shape != (q.shape[-3],):
-        raise ValueError(
-            f"sinks: expected shape (H,) = ({q.shape[-3]},) (H from q {tuple(q.shape)}), "
-            f"got {tuple(sinks.shape)}"
-        )
-    return cap, finite_sinks(sinks)
-
-
-def finite_sinks(sinks: Tensor) -> Tensor:
-    """``sinks`` (H,) when every logit is finite; ValueError naming ``sinks`` otherwise (a NaN
-    sink would make its head's output NaN, as :mod:`attnkit.reference` refuses it too). Checked
-    on every call, remembered signatures included: the values change between calls; not on the
-    policy's device path (:func:`attnkit.kernels.numerics.device_path`), where reading the
-    check back would be a host sync and a non-finite sink shows as NaN rows instead."""
-    if numerics.device_path(sinks.device):
-        return sinks
-    if not bool(torch.isfinite(sinks).all()):
-        raise ValueError(f"sinks: expected finite logits, got {checks.show(sinks.detach())}")
-    return sinks
-
-
-def scale_or_default(scale: object, d_k: int) -> float:
-    """``scale`` checked (any finite number: negative and 0 are accepted, as by torch's SDPA),
-    or 1/sqrt(d_k) when None."""
-    return 1.0 / math.sqrt(d_k) if scale is None else checks.finite_float("scale", scale)
-
-
-# ---------------------------------------------------------------------------------------------
-# calls: validated (or remembered) -> AttentionCall + backend
-# ---------------------------------------------------------------------------------------------
-def _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad, extra) -> tuple:
-    """The key of a call signature: :func:`~attnkit.kernels.dispatch.tensor_key` of q, k and v
-    (written out: this runs on every call), the mask's key, the options with their types, the
-    requested backend, the grad mode and ``extra`` = (softcap, sinks) (AttributeError /
-    TypeError for arguments that are not tensors: the caller then checks them the slow way)."""
-    cap, sinks = extra
-    sk = None if sinks is None else (type(sinks), *dispatch.tensor_key(sinks))
-    return (
-        tag,
-        type(q), q.shape, q.stride(), q.dtype, q.device, q.requires_grad,
-        type(k), k.shape, k.stride(), k.dtype, k.device, k.requires_grad,
-        type(v), v.shape, v.stride(), v.dtype, v.device, v.requires_grad,
-        mask_key(mask, grad),
-        type(scale), scale, type(dropout_p), dropout_p, type(return_weights), return_weights,
-        backend,
-        grad,
-        type(cap), cap, sk,
-    )  # fmt: skip
-
-
-def _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, extra=(None, None)):
-    """(key, remembered choice or None); key None when the signature cannot be remembered."""
-    grad = torch.is_grad_enabled()
-    try:
-        key = _signature(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, grad, extra)
-        if key[19] is None:  # a mask that cannot be remembered
-            return None, None
-        return key, CACHE.get(key, mask)
-    except (AttributeError, TypeError):  # not tensors, or an unhashable option: check below
-        return None, None
-
-
-def _call(q, k, v, mask, hit: Choice, sinks: Tensor | None = None) -> AttentionCall:
-    """The AttentionCall of a remembered signature (the mask tensor lifted as checked before,
-    the remembered scan plan in its memo)."""
-    if mask is not None and isinstance(mask, Tensor):
-        mask = _lift(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
-    sinks = None if sinks is None else finite_sinks(sinks)
-    return AttentionCall.dot(q, k, v, mask, *hit.options, sinks=sinks, scan_plan=hit.scan_plan)
-
-
-def dot_call(
-    q, k, v, mask, scale, dropout_p, return_weights, backend, scaled: bool, softcap=None, sinks=None
-):
-    """(call, backend) for a dot-product call; a remembered signature skips the checks."""
-    tag = "dot" if scaled else "dot-unscaled"
-    extra = (softcap, sinks)
-    key, hit = _remembered(tag, q, k, v, mask, scale, dropout_p, return_weights, backend, extra)
-    if hit is not None:
-        return _call(q, k, v, mask, hit, sinks), hit.backend
-    backend = dispatch.check_backend_name(backend)
-    rw = checks.flag("return_weights", return_weights)
-    p = checks.probability("dropout_p", dropout_p)
-    q, k, v = check_qkv(q, k, v, same_width=True)
-    cap, sinks = check_softcap_sinks(softcap, sinks, q)
-    s = scale_or_default(scale, q.shape[-1]) if scaled else 1.0
-    m = check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
-    call = AttentionCall(
-        kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
-        softcap=cap, sinks=sinks,
-    )  # fmt: skip
-    if rw:
-        dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
-    b = dispatch.select(call, backend)
-    if key is not None:
-        CACHE.put(key, b, (s, p, rw, cap), mask, plan3(q, k, v))
-    return call, b
-
-
-# ---------------------------------------------------------------------------------------------
-# grouped-query calls: q (..., H, Lq, dk), k and v (..., G, Lk, d), G dividing H
-# ---------------------------------------------------------------------------------------------
-def select_grouped(
-    batch, lq, lk, dk, dv, ref, grad, mask, scale, dropout_p, rw, backend, softcap=None, sinks=None
-):
-    """The backend for an H-head call (batch = (..., H)), chosen on stand-in tensors with H
-    key/value heads, so that the choice is the one of the repeated call and nothing is computed
-    before every check has passed."""
-    if rw:
-        dispatch.check_weights_limit(math.prod(batch), lq, lk)
-    qp, kp, vp = (probe(batch + (n, d), ref, grad) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
-    call = AttentionCall(
-        kind="dot", q=qp, k=kp, v=vp, mask=mask, scale=scale, dropout_p=dropout_p,
-        return_weights=rw, softcap=softcap, sinks=sinks,
-    )  # fmt: skip
-    return dispatch.select(call, backend)
+    if kind == "general":
+        return _general(q, k, v, mask, return_weights, backend, select, **weights)
+    if kind == "additive":
+        return _additive(q, k, v, mask, return_weights, backend, select, **weights)
+    raise ValueError(f"kind: expected one of {_KINDS}, got {kind!r}")
 
 
 def grouped_for(b: Backend, call: AttentionCall) -> AttentionCall:
@@ -269,113 +138,193 @@ def grouped_for(b: Backend, call: AttentionCall) -> AttentionCall:
     return call if b.supports_gqa else ungrouped(call)
 
 
-def _check_grouped(q, k, v) -> tuple[Tensor, Tensor, Tensor]:
-    """q (..., H, Lq, dk), k (..., G, Lk, dk), v (..., G, Lk, dv), G dividing H."""
-    q, k, v = (tc.floating_tensor(n, t) for n, t in (("q", q), ("k", k), ("v", v)))
-    if q.dim() < 3:
-        raise ValueError(f"q: expected shape (..., H, Lq, d_k), got {tuple(q.shape)}")
-    for n, t in (("k", k), ("v", v)):
-        tc.like(n, t, q, "q")
-        if t.dim() != q.dim() or t.shape[:-3] != q.shape[:-3]:
-            raise ValueError(
-                f"{n}: expected shape (..., G, Lk, d) with the batch dims of q "
-                f"{tuple(q.shape)}, got {tuple(t.shape)}"
-            )
-    h, g = q.shape[-3], k.shape[-3]
-    if h % g:
-        raise ValueError(f"k: expected G heads dividing q's H = {h}, got shape {tuple(k.shape)}")
-    if v.shape[-3] != g:
-        raise ValueError(f"v: expected G = {g} heads like k, got shape {tuple(v.shape)}")
-    for n, t in (("q", q), ("k", k), ("v", v)):
-        if 0 in t.shape:
-            raise ValueError(f"{n}: expected non-empty dims, got shape {tuple(t.shape)}")
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"k: expected last dim d_k = {q.shape[-1]} like q, got shape {tuple(k.shape)}"
-        )
-    if v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"v: expected Lk = {k.shape[-2]} rows like k, got shape {tuple(v.shape)}")
-    return q, k, v
+# ---------------------------------------------------------------------------------------------
+# the fast path: a remembered signature
+# ---------------------------------------------------------------------------------------------
+_new = tuple.__new__
+"""How the per-call path builds a named tuple (what its own constructor calls)."""
 
 
-def grouped_call(
-    q, k, v, mask, scale, dropout_p, return_weights, backend, softcap=None, sinks=None
-):
-    """(call, backend) for grouped-query attention with G < H key/value heads: the call holds
-    k and v with G heads when the backend declares ``supports_gqa``, else repeated to H. The
-    choice is the one for the repeated call; a remembered signature skips checks and choice."""
-    extra = (softcap, sinks)
-    key, hit = _remembered("gqa", q, k, v, mask, scale, dropout_p, return_weights, backend, extra)
-    if hit is not None:
-        return grouped_for(hit.backend, _call(q, k, v, mask, hit, sinks)), hit.backend
+def _remembered(kind, q, k, v, mask, scale, dropout_p, return_weights, backend, softcap, sinks):
+    """The :class:`Parsed` record of a remembered signature, its checked options from the
+    choice (a mask tensor lifted as checked before, the remembered scan plan in the call's
+    memo); else the signature to remember after the checks (None when it cannot be remembered:
+    arguments that are not tensors, unhashable options, a mask without a stable identity).
+
+    Written out, as it runs per call: the records are built by ``tuple.__new__`` (what a named
+    tuple's own constructor calls) and the call without the frozen dataclass's per-field
+    ``object.__setattr__``, with every field of :class:`AttentionCall`."""
+    grad = torch.is_grad_enabled()
+    try:
+        signature = _new(Signature, (
+            kind,
+            (type(q), q.shape, q.stride(), q.dtype, q.device, q.requires_grad),
+            (type(k), k.shape, k.stride(), k.dtype, k.device, k.requires_grad),
+            (type(v), v.shape, v.stride(), v.dtype, v.device, v.requires_grad),
+            () if mask is None else mask_key(mask, grad),
+            (type(scale), scale), (type(dropout_p), dropout_p),
+            (type(return_weights), return_weights),
+            backend,
+            grad,
+            (type(softcap), softcap),
+            None if sinks is None else (type(sinks), *tensor_key(sinks)),
+        ))  # fmt: skip
+        if signature.mask is None:
+            return None
+        hit = CACHE.get(signature, mask)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable option: checked below
+        return None
+    if hit is None:
+        return signature
+    if mask is not None and isinstance(mask, Tensor):
+        mask = cc.lift_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
+    if sinks is not None:
+        sinks = cc.finite_sinks(sinks)  # the values change between calls
+    scale, dropout_p, return_weights, softcap = hit.options
+    memo = CallMemo()
+    if hit.scan_plan is not None:
+        memo.scan_plan = hit.scan_plan
+    call = object.__new__(AttentionCall)
+    call.__dict__.update(
+        kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
+        return_weights=return_weights, w_q=None, w_k=None, w_v=None, softcap=softcap,
+        sinks=sinks, memo=memo,
+    )  # fmt: skip
+    b = hit.backend
+    if kind == "gqa" and not b.supports_gqa:
+        call = ungrouped(call)
+    return _new(Parsed, (call, b, signature))
+
+
+def _chosen(call, backend, select: bool, signature: Signature | None, mask) -> Parsed:
+    """``call`` with its backend (dispatch's choice for ``backend``), remembered under
+    ``signature``; no choice when not ``select``."""
+    if not select:
+        dispatch.check_backend_name(backend)
+        return Parsed(call, None, None)
+    b = dispatch.select(call, dispatch.check_backend_name(backend))
+    if signature is not None:
+        options = (call.scale, call.dropout_p, call.return_weights, call.softcap)
+        CACHE.put(signature, b, options, mask, plan3(call.q, call.k, call.v))
+    return Parsed(call, b, signature)
+
+
+# ---------------------------------------------------------------------------------------------
+# the checks of each kind (cheap ones first), then the call
+# ---------------------------------------------------------------------------------------------
+def _dot(kind, q, k, v, mask, options, softcap, sinks, select, signature) -> Parsed:
+    """Dot-product calls: scaled, unscaled (scale 1), grouped-query (k, v with G < H heads; the
+    choice is the one of the call with k and v repeated to H heads, made on stand-in tensors
+    before anything is computed). Remembered under ``signature`` when it is not None."""
+    scale, dropout_p, return_weights, backend = options
     backend = dispatch.check_backend_name(backend)
     rw = checks.flag("return_weights", return_weights)
     p = checks.probability("dropout_p", dropout_p)
-    q, k, v = _check_grouped(q, k, v)
-    cap, sinks = check_softcap_sinks(softcap, sinks, q)
-    s = scale_or_default(scale, q.shape[-1])
+    grouped = kind == "gqa"
+    q, k, v = cc.check_grouped(q, k, v) if grouped else cc.check_qkv(q, k, v, same_width=True)
+    cap, sinks = cc.check_softcap_sinks(softcap, sinks, q)
+    s = 1.0 if kind == "dot-unscaled" else cc.scale_or_default(scale, q.shape[-1])
     batch, lq, lk = tuple(q.shape[:-2]), q.shape[-2], k.shape[-2]
-    m = check_mask(mask, batch, lq, lk, q.device)
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    b = select_grouped(
-        batch, lq, lk, q.shape[-1], v.shape[-1], q, grad, m, s, p, rw, backend, cap, sinks
-    )
-    if key is not None:
-        CACHE.put(key, b, (s, p, rw, cap), mask, plan3(q, k, v))
+    m = cc.check_mask(mask, batch, lq, lk, q.device)
+    if rw:
+        dispatch.check_weights_limit(math.prod(batch), lq, lk)
     call = AttentionCall(
         kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
         softcap=cap, sinks=sinks,
     )  # fmt: skip
-    return grouped_for(b, call), b
+    if not select:
+        return Parsed(call, None, None)
+    if grouped:
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        dims = (q.shape[-1], v.shape[-1])
+        b = _select_repeated(batch, lq, lk, *dims, q, grad, m, (s, p, rw, cap, sinks), backend)
+        call = grouped_for(b, call)
+    else:
+        b = dispatch.select(call, backend)
+    if signature is not None:
+        CACHE.put(signature, b, (s, p, rw, cap), mask, plan3(q, k, v))
+    return Parsed(call, b, signature)
 
 
-def additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend):
-    backend = dispatch.check_backend_name(backend)
-    rw = checks.flag("return_weights", return_weights)
-    q, k, v = check_qkv(q, k, v, same_width=False)
-    w_q, w_k, w_v = (
-        tc.floating_tensor(n, t) for n, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v))
+def _select_repeated(batch, lq, lk, dk, dv, ref: Tensor, grad: bool, mask, options, backend):
+    """The backend for an H-head call (batch = (..., H)) with H key/value heads, ``mask`` and
+    ``options`` = (scale, dropout_p, return_weights, softcap, sinks), chosen on stand-in tensors
+    (``ref``'s dtype and device, no memory): the choice is the one of the call with k and v
+    repeated, and nothing is computed before every check has passed."""
+    scale, dropout_p, rw, softcap, sinks = options
+    if rw:
+        dispatch.check_weights_limit(math.prod(batch), lq, lk)
+    qp, kp, vp = (cc.probe(batch + (n, d), ref, grad) for n, d in ((lq, dk), (lk, dk), (lk, dv)))
+    stand_in = AttentionCall(
+        kind="dot", q=qp, k=kp, v=vp, mask=mask, scale=scale, dropout_p=dropout_p,
+        return_weights=rw, softcap=softcap, sinks=sinks,
+    )  # fmt: skip
+    return dispatch.select(stand_in, backend)
+
+
+def _general(q, k, v, mask, return_weights, backend, select, *, w) -> Parsed:
+    """Luong's general attention: the unscaled dot product of q W and k, after every check."""
+    dispatch.check_backend_name(backend)
+    checks.flag("return_weights", return_weights)
+    q, k, v = cc.check_qkv(q, k, v, same_width=False)
+    w = cc.check_general_weight(w, q, k)
+    cc.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
+    return parse(
+        "dot-unscaled",
+        q @ w,
+        k,
+        v,
+        mask,
+        return_weights=return_weights,
+        backend=backend,
+        select=select,
     )
-    for name, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        tc.like(name, t, q, "q")
-    if w_v.dim() != 1 or w_v.shape[0] == 0:
-        raise ValueError(f"w_v: expected shape (h,) with h >= 1, got {tuple(w_v.shape)}")
-    h = w_v.shape[0]
-    for name, w, d, what in (("w_q", w_q, q.shape[-1], "d_q"), ("w_k", w_k, k.shape[-1], "d_k")):
-        if w.shape != (h, d):
-            raise ValueError(
-                f"{name}: expected shape (h, {what}) = ({h}, {d}) (h from w_v), "
-                f"got {tuple(w.shape)}"
-            )
-    m = check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
+
+
+def _additive(q, k, v, mask, return_weights, backend, select, *, w_q, w_k, w_v) -> Parsed:
+    dispatch.check_backend_name(backend)
+    rw = checks.flag("return_weights", return_weights)
+    q, k, v = cc.check_qkv(q, k, v, same_width=False)
+    w_q, w_k, w_v = cc.check_additive_weights(w_q, w_k, w_v, q, k)
+    m = cc.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
     call = AttentionCall(
         kind="additive", q=q, k=k, v=v, mask=m, return_weights=rw, w_q=w_q, w_k=w_k, w_v=w_v
     )
     if rw:
         dispatch.check_weights_limit(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2])
-    return call, backend
+    return _chosen(call, backend, select, None, mask)
 
 
-def weight(name: str, w: object, rows: int | None, cols: int, what: str, ref: Tensor) -> Tensor:
-    """A 2-D weight (rows, cols) in nn.Linear layout; rows=None: any positive count."""
-    w = tc.floating_tensor(name, w)
-    tc.like(name, w, ref, "query")
-    if w.dim() != 2 or w.shape[1] != cols or (rows is not None and w.shape[0] != rows):
-        want = f"({rows if rows is not None else 'out'}, {cols})"
-        raise ValueError(f"{name}: expected shape {what} = {want}, got {tuple(w.shape)}")
-    return w
-
-
-def bias(name: str, b: object, n: int, ref: Tensor) -> Tensor | None:
-    if b is None:
-        return None
-    b = tc.floating_tensor(name, b)
-    tc.like(name, b, ref, "query")
-    if b.shape != (n,):
-        raise ValueError(f"{name}: expected shape ({n},), got {tuple(b.shape)}")
-    return b
-
-
-def probe(shape: tuple[int, ...], ref: Tensor, grad: bool) -> Tensor:
-    """A stand-in tensor with a call's shape, dtype, device and grad flag (no memory)."""
-    return torch.empty((), dtype=ref.dtype, device=ref.device, requires_grad=grad).expand(shape)
+def _multi_head(
+    query, key, value, mask, options, softcap, sinks, *, num_heads, w_q, w_k, w_v, w_o,
+    b_q=None, b_k=None, b_v=None, b_o=None, num_kv_heads=None, average_weights=False,
+) -> Parsed:  # fmt: skip
+    """Multi-head attention: every argument checked and the backend chosen on stand-in tensors
+    before the projections are computed; the call holds the projected heads (B, H, Lq, dk) and
+    (B, G, Lk, d)."""
+    scale, dropout_p, return_weights, backend = options
+    pr = cc.check_projections(
+        query, key, value, num_heads, num_kv_heads, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o
+    )
+    bsz, lq, lk, h, g = pr.query.shape[0], pr.query.shape[1], pr.key.shape[1], pr.heads, pr.kv_heads
+    m = cc.check_mask(mask, (bsz, h), lq, lk, pr.query.device)
+    s, p = cc.scale_or_default(scale, pr.dk), checks.probability("dropout_p", dropout_p)
+    rw = checks.flag("return_weights", return_weights)
+    checks.flag("average_weights", average_weights)
+    dispatch.check_backend_name(backend)
+    cap, sinks = cc.check_softcap_sinks(
+        softcap, sinks, cc.probe((bsz, h, lq, pr.dk), pr.query, False)
+    )
+    ts = (pr.query, pr.key, pr.value, pr.w_q, pr.w_k, pr.w_v, w_o, pr.b_q, pr.b_k, pr.b_v, b_o)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+    options = (s, p, rw, cap, sinks)
+    b = _select_repeated((bsz, h), lq, lk, pr.dk, pr.dv, pr.query, grad, m, options, backend)
+    f = torch.nn.functional.linear
+    q = split_heads(f(pr.query, pr.w_q, pr.b_q), h)  # (B, H, Lq, dk)
+    k = split_heads(f(pr.key, pr.w_k, pr.b_k), g)  # (B, G, Lk, dk)
+    v = split_heads(f(pr.value, pr.w_v, pr.b_v), g)  # (B, G, Lk, dv)
+    call = AttentionCall(
+        kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
+        softcap=cap, sinks=sinks,
+    )  # fmt: skip
+    return Parsed(grouped_for(b, call), b, None)

@@ -1,5 +1,6 @@
-"""Public attention functions: validate every argument, then run the backend that dispatch
-(:mod:`attnkit.kernels.dispatch`) chooses.
+"""Public attention functions: their signatures and docstrings. Each hands its arguments to
+:func:`attnkit.calls.parse` (every check, the call, the backend that dispatch chooses) and runs
+the call (:func:`attnkit.kernels.dispatch.run`).
 
 Shape legend
 ------------
@@ -28,20 +29,14 @@ step, a training loop's batches) pay the checks and the choice once per signatur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
 from torch import Tensor
+from torch.nn.functional import linear
 
-from attnkit import calls as C
-from attnkit import checks
-from attnkit import tensor_checks as tc
-from attnkit.calls import check_mask
+from attnkit.call_checks import check_mask
+from attnkit.calls import parse
+from attnkit.dispatch_explanation import explain
 from attnkit.heads import merge_heads, repeat_kv_heads, split_heads
-from attnkit.kernels import dispatch, numerics
-from attnkit.kernels.additive_fused import policy as additive_policy
-from attnkit.kernels.base import AttentionCall
-from attnkit.kernels.dispatch import Dispatch
+from attnkit.kernels.dispatch import Dispatch, run
 from attnkit.masks import Mask
 
 __all__ = [
@@ -103,10 +98,11 @@ def scaled_dot_product_attention(
         w = softmax(scores, -1)[..., :Lk]; w[row has no allowed key] = 0
         out = dropout(w) @ v
     """
-    call, b = C.dot_call(
-        q, k, v, mask, scale, dropout_p, return_weights, backend, True, softcap, sinks
-    )
-    out, weights = dispatch.run(call, b)
+    call, b, _ = parse(
+        "dot", q, k, v, mask, scale=scale, dropout_p=dropout_p, return_weights=return_weights,
+        backend=backend, softcap=softcap, sinks=sinks,
+    )  # fmt: skip
+    out, weights = run(call, b)
     return (out, weights) if return_weights else out
 
 
@@ -122,8 +118,11 @@ def dot_product_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Unscaled dot-product attention softmax(q kᵀ + mask) v (seed 004); shapes as in
     :func:`scaled_dot_product_attention`."""
-    call, b = C.dot_call(q, k, v, mask, None, dropout_p, return_weights, backend, False)
-    out, weights = dispatch.run(call, b)
+    call, b, _ = parse(
+        "dot-unscaled", q, k, v, mask, dropout_p=dropout_p, return_weights=return_weights,
+        backend=backend,
+    )  # fmt: skip
+    out, weights = run(call, b)
     return (out, weights) if return_weights else out
 
 
@@ -144,17 +143,11 @@ def general_attention(
     Returns:
         output (..., Lq, dv) [, weights (..., Lq, Lk)].
     """
-    backend = dispatch.check_backend_name(backend)
-    checks.flag("return_weights", return_weights)
-    q, k, v = C.check_qkv(q, k, v, same_width=False)
-    w = tc.floating_tensor("w", w)
-    tc.like("w", w, q, "q")
-    if w.shape != (q.shape[-1], k.shape[-1]):
-        raise ValueError(
-            f"w: expected shape (d_q, d_k) = ({q.shape[-1]}, {k.shape[-1]}), got {tuple(w.shape)}"
-        )
-    C.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
-    return dot_product_attention(q @ w, k, v, mask, return_weights=return_weights, backend=backend)
+    call, b, _ = parse(
+        "general", q, k, v, mask, w=w, return_weights=return_weights, backend=backend
+    )
+    out, weights = run(call, b)
+    return (out, weights) if return_weights else out
 
 
 def additive_attention(
@@ -178,8 +171,11 @@ def additive_attention(
     Returns:
         output (..., Lq, dv) [, weights (..., Lq, Lk)].
     """
-    call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
-    out, weights = dispatch.run(call, dispatch.select(call, backend))
+    call, b, _ = parse(
+        "additive", q, k, v, mask, w_q=w_q, w_k=w_k, w_v=w_v, return_weights=return_weights,
+        backend=backend,
+    )  # fmt: skip
+    out, weights = run(call, b)
     return (out, weights) if return_weights else out
 
 
@@ -208,52 +204,11 @@ def explain_dispatch(
     ``sinks`` as in :func:`scaled_dot_product_attention` (every backend says whether it serves
     them). ``print(explain_dispatch(...))`` gives a readable report.
     """
-    checks.choice("kind", kind, ("dot", "additive"))
-    backend = dispatch.check_backend_name(backend)
-    if kind == "dot":
-        q, k, v = C.check_qkv(q, k, v, same_width=True)
-        m = C.check_mask(mask, tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.device)
-        s, p = C.scale_or_default(scale, q.shape[-1]), checks.probability("dropout_p", dropout_p)
-        rw = checks.flag("return_weights", return_weights)
-        cap, sk = C.check_softcap_sinks(softcap, sinks, q)
-        call = AttentionCall(
-            kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
-            softcap=cap, sinks=sk,
-        )  # fmt: skip
-    else:
-        if softcap is not None or sinks is not None:
-            raise ValueError(
-                "softcap, sinks: defined for dot-product scores only (kind='dot'), "
-                "not for additive attention"
-            )
-        call, backend = C.additive_call(q, k, v, w_q, w_k, w_v, mask, return_weights, backend)
-    d = dispatch.explain(call, backend)
-    reason, falls = None, ()
-    if d.chosen is not None:
-        policy = numerics if kind == "dot" else additive_policy
-        decision = policy.prepare(call, warn=False)[1]
-        reason, falls = decision.float64_reason, dispatch.fallbacks(call, d.chosen, decision)
-    return Explanation(
-        d.chosen,
-        d.reasons,
-        d.requested,
-        d.notes,
-        falls,
-        precision=None if reason is None else str(reason),
-    )
-
-
-@dataclass(frozen=True)
-class Explanation(dispatch.Dispatch):
-    """What :func:`explain_dispatch` returns: the :class:`~attnkit.kernels.dispatch.Dispatch`
-    (choice and reasons) and ``precision``, "runs in float64 because ..." when the overflow
-    policy computes the call in float64 (None otherwise)."""
-
-    precision: str | None = None
-
-    def __str__(self) -> str:
-        base = super().__str__()
-        return base if self.precision is None else f"{base}\n{self.precision}"
+    weights = {} if kind != "additive" else dict(w_q=w_q, w_k=w_k, w_v=w_v)
+    return explain(
+        kind, q, k, v, mask, scale=scale, dropout_p=dropout_p, return_weights=return_weights,
+        backend=backend, softcap=softcap, sinks=sinks, **weights,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,16 +242,11 @@ def grouped_query_attention(
     (it receives them with G heads, e.g. for SDPA's ``enable_gqa``); otherwise they are
     repeated with :func:`repeat_kv_heads`.
     """
-    if isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() >= 3 and k.dim() == q.dim():
-        if k.shape[-3] == q.shape[-3]:  # G = H: plain attention (checks remembered there)
-            return scaled_dot_product_attention(
-                q, k, v, mask, scale=scale, dropout_p=dropout_p,
-                return_weights=return_weights, backend=backend, softcap=softcap, sinks=sinks,
-            )  # fmt: skip
-    call, b = C.grouped_call(
-        q, k, v, mask, scale, dropout_p, return_weights, backend, softcap, sinks
-    )
-    out, weights = dispatch.run(call, b)
+    call, b, _ = parse(
+        "gqa", q, k, v, mask, scale=scale, dropout_p=dropout_p, return_weights=return_weights,
+        backend=backend, softcap=softcap, sinks=sinks,
+    )  # fmt: skip
+    out, weights = run(call, b)
     return (out, weights) if return_weights else out
 
 
@@ -343,63 +293,14 @@ def multi_head_attention(
     Every argument (weights, biases, mask, options, and whether the backend can serve the
     call) is checked before any projection is computed.
     """
-    query, key, value = (
-        tc.floating_tensor(n, t) for n, t in (("query", query), ("key", key), ("value", value))
-    )
-    for n, t, what in (("query", query, "Lq"), ("key", key, "Lk"), ("value", value, "Lk")):
-        tc.like(n, t, query, "query")
-        if t.dim() != 3 or 0 in t.shape:
-            raise ValueError(f"{n}: expected a non-empty (B, {what}, E), got {tuple(t.shape)}")
-    bsz, lq, lk = query.shape[0], query.shape[1], key.shape[1]
-    for n, t in (("key", key), ("value", value)):
-        if t.shape[0] != bsz or t.shape[1] != lk:
-            raise ValueError(
-                f"{n}: expected (B, Lk, .) with B = {bsz} like query and Lk = {lk} like key, "
-                f"got {tuple(t.shape)}"
-            )
-    h = checks.positive_int("num_heads", num_heads)
-    g = h if num_kv_heads is None else checks.positive_int("num_kv_heads", num_kv_heads)
-    if h % g:
-        raise ValueError(f"num_kv_heads: expected a divisor of num_heads={h}, got {g}")
-    w_q = C.weight("w_q", w_q, None, query.shape[2], "(num_heads*d_k, E)", query)
-    if w_q.shape[0] % h:
-        raise ValueError(
-            f"w_q: expected num_heads*d_k rows, a multiple of num_heads={h}, "
-            f"got shape {tuple(w_q.shape)}"
-        )
-    dk = w_q.shape[0] // h
-    what = f"(num_kv_heads*d_k, E_k) with num_kv_heads={g}, d_k={dk} (from w_q)"
-    w_k = C.weight("w_k", w_k, g * dk, key.shape[2], what, query)
-    w_v = C.weight("w_v", w_v, None, value.shape[2], "(num_kv_heads*d_v, E_v)", query)
-    if w_v.shape[0] % g:
-        raise ValueError(
-            f"w_v: expected num_kv_heads*d_v rows, a multiple of num_kv_heads={g}, "
-            f"got shape {tuple(w_v.shape)}"
-        )
-    dv = w_v.shape[0] // g
-    w_o = C.weight("w_o", w_o, None, h * dv, "(E_out, num_heads*d_v)", query)
-    b_q, b_k = C.bias("b_q", b_q, h * dk, query), C.bias("b_k", b_k, g * dk, query)
-    b_v, b_o = C.bias("b_v", b_v, g * dv, query), C.bias("b_o", b_o, w_o.shape[0], query)
-    m = C.check_mask(mask, (bsz, h), lq, lk, query.device)
-    s, p = C.scale_or_default(scale, dk), checks.probability("dropout_p", dropout_p)
-    rw = checks.flag("return_weights", return_weights)
-    avg = checks.flag("average_weights", average_weights)
-    backend = dispatch.check_backend_name(backend)
-    ts = (query, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
-    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
-    cap, sinks = C.check_softcap_sinks(softcap, sinks, C.probe((bsz, h, lq, dk), query, False))
-    b = C.select_grouped((bsz, h), lq, lk, dk, dv, query, grad, m, s, p, rw, backend, cap, sinks)
-
-    f = torch.nn.functional.linear
-    q = split_heads(f(query, w_q, b_q), h)  # (B, H, Lq, dk)
-    k = split_heads(f(key, w_k, b_k), g)  # (B, G, Lk, dk)
-    v = split_heads(f(value, w_v, b_v), g)  # (B, G, Lk, dv)
-    call = AttentionCall(
-        kind="dot", q=q, k=k, v=v, mask=m, scale=s, dropout_p=p, return_weights=rw,
-        softcap=cap, sinks=sinks,
+    call, b, _ = parse(
+        "multi-head", query, key, value, mask, num_heads=num_heads, num_kv_heads=num_kv_heads,
+        w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, scale=scale,
+        dropout_p=dropout_p, return_weights=return_weights, average_weights=average_weights,
+        backend=backend, softcap=softcap, sinks=sinks,
     )  # fmt: skip
-    out, weights = dispatch.run(C.grouped_for(b, call), b)
-    out = f(merge_heads(out), w_o, b_o)
-    if weights is not None and avg:
+    out, weights = run(call, b)
+    out = linear(merge_heads(out), w_o, b_o)
+    if weights is not None and average_weights:
         weights = weights.mean(dim=1)
     return out, weights

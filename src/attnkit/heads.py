@@ -11,7 +11,7 @@ from torch import Tensor
 
 from attnkit import checks
 from attnkit import tensor_checks as tc
-from attnkit.kernels.base import repeat_heads
+from attnkit.kernels.call.base import repeat_heads
 
 __all__ = ["merge_heads", "repeat_kv_heads", "split_heads"]
 

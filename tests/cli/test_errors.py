@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attnkit import checks
-from attnkit.cli.errors import is_user_error, raised_by_attnkit
+from attnkit.cli.support.errors import is_user_error, raised_by_attnkit
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TESTS = Path(__file__).resolve().parents[1]

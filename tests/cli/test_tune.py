@@ -14,7 +14,7 @@ import pytest
 
 from attnkit import autotune, cli
 from attnkit.kernels import tuning as T
-from attnkit.kernels import tuning_store as S
+from attnkit.kernels.tuning import store as S
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux", reason="the store's place is checked through XDG_CACHE_HOME (Linux)"
@@ -78,8 +78,8 @@ def test_info_without_a_stored_tuning_says_built_in(capsys, cache):
 
 
 def test_info_says_how_sure_each_stored_decision_is(capsys, cache, monkeypatch):
-    from attnkit.kernels import tuning_store
-    from attnkit.kernels.tuning_sureness import Sureness
+    from attnkit.kernels.tuning import store as tuning_store
+    from attnkit.kernels.tuning.sureness import Sureness
 
     t = dataclasses.replace(
         T.DEFAULT,

@@ -13,8 +13,9 @@ import torch
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
-from attnkit.kernels import dispatch, numerics
-from attnkit.kernels.additive_fused import chunked
+from attnkit.kernels import dispatch
+from attnkit.kernels.additive import chunked
+from attnkit.kernels.policy import numerics
 from tests.support import grads
 from tests.support.host_sync import NoHostSync
 from tests.support.masks import KINDS, make_case, ref_mask

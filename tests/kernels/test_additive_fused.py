@@ -26,8 +26,10 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS
-from attnkit.kernels import additive_fused as AF
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels import additive as AF
+from attnkit.kernels.call.base import AttentionCall
+from tests.support import masks as S
+from tests.support.numerics import rel_err
 
 TOL = 1e-5
 ATOL = 1e-6
@@ -70,34 +72,22 @@ def make_inputs(batch, lq, lk, dq, dk, dv, h, seed=0, sharp=1.0):
     return [x.requires_grad_() for x in xs]
 
 
-def rel_err(got: torch.Tensor | np.ndarray, ref: torch.Tensor | np.ndarray) -> float:
-    """norm(got - ref) / norm(ref), with norm(ref) floored at ATOL * sqrt(size) / TOL."""
-    g = got.detach().double().numpy() if isinstance(got, torch.Tensor) else got
-    r = ref.detach().double().numpy() if isinstance(ref, torch.Tensor) else ref
-    assert g.shape == r.shape, (g.shape, r.shape)
-    floor = ATOL * np.sqrt(r.size) / TOL
-    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), floor))
-
-
-def reference_output(xs, mask) -> np.ndarray:
-    """float64 reference output; the mask object becomes a NumPy bool array whose batch dims are
-    lined up with the leading batch dims of q (singletons inserted after them)."""
+def reference_output(xs, spec: S.Spec | None) -> np.ndarray:
+    """float64 reference output; the catalogue's mask (tests/support/masks.py) as the NumPy
+    array the reference takes, its batch dims lined up with the leading batch dims of q."""
     q, k, v, wq, wk, wv = (x.detach().double().numpy() for x in xs)
-    m = None
-    if mask is not None:
-        lq, lk, nb = q.shape[-2], k.shape[-2], q.ndim - 2
-        mb = tuple(mask.batch_shape)
-        t = mask.materialize(lq, lk)
-        m = t.reshape(mb + (1,) * (nb - len(mb)) + (lq, lk)).numpy()
+    m = None if spec is None else S.ref_mask(spec, q.shape[:-2], q.shape[-2], k.shape[-2])
     return R.additive(q, k, v, wq, wk, wv, mask=m).output
 
 
-def check(xs, mask=None, grads=True):
-    """Run the fused kernel; compare output (and gradients) with the float64 oracles."""
+def check(xs, spec: S.Spec | None = None, grads=True):
+    """Run the fused kernel with ``spec``'s mask (a catalogue mask); compare output (and
+    gradients) with the float64 oracles."""
+    mask = None if spec is None else spec.mask
     out = F.additive_attention(*xs, mask, backend="additive_fused")
     assert out.dtype == torch.float32
     assert torch.isfinite(out).all()
-    assert rel_err(out, reference_output(xs, mask)) <= TOL
+    assert rel_err(out, reference_output(xs, spec), entry_floor=ATOL / TOL) <= TOL
     if not grads:
         return out
     g_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -106,7 +96,10 @@ def check(xs, mask=None, grads=True):
     ref = torch.autograd.grad(F.additive_attention(*x64, mask, backend="math"), x64, g_out)
     for name, a, b in zip(("q", "k", "v", "w_q", "w_k", "w_v"), got, ref):
         assert torch.isfinite(a).all(), name
-        assert rel_err(a, b) <= TOL, (name, rel_err(a, b))
+        assert rel_err(a, b, entry_floor=ATOL / TOL) <= TOL, (
+            name,
+            rel_err(a, b, entry_floor=ATOL / TOL),
+        )
     return out
 
 
@@ -165,38 +158,46 @@ def test_one_thread_and_non_contiguous_inputs():
 # ---------------------------------------------------------------------------------------------
 # masks
 # ---------------------------------------------------------------------------------------------
-def _predicate(b, h, i, j):
-    return ((i * 7 + j * 3) % 5 != 0) | (j == 0)
+KINDS = (
+    "causal_tl",
+    "causal_br",
+    "window",
+    "window_asym",
+    "window_br",
+    "window&causal",
+    "key_padding",
+    "key_padding_b1",
+    "document",
+    "document_1d",
+    "document_unsorted",
+    "document&causal",
+    "prefix_lm",
+    "prefix_lm_batch",
+    "predicate",
+    "predicate_bh",
+    "tensor_bool",
+    "key_padding_mask",
+    "causal|window",
+    "key_padding|prefix",
+    "document|key_padding",
+    "prefix&causal|window",
+    "raw_bool",
+    "all_masked",
+)
+"""The catalogue's kinds without a score bias (tests/support/masks.py): what the fused kernel
+serves (a biased mask goes to the math backend)."""
 
 
-MASKS = {
-    "causal": lambda lq, lk: M.causal(),
-    "causal bottom_right": lambda lq, lk: M.causal("bottom_right"),
-    "sliding window 9": lambda lq, lk: M.sliding_window(9),
-    "local causal": lambda lq, lk: M.sliding_window(40, 0) & M.causal(),
-    "key padding": lambda lq, lk: M.key_padding([lk, lk // 3 + 1]),
-    "document": lambda lq, lk: M.document(
-        torch.arange(lq) * 4 // lq, kv_ids=torch.arange(lk) * 4 // lk
-    ),
-    "prefix lm": lambda lq, lk: M.prefix_lm([3, 150]),
-    "predicate": lambda lq, lk: M.from_predicate(_predicate),
-    "bool tensor": lambda lq, lk: M.from_tensor(
-        torch.rand((2, 1, lq, lk), generator=torch.Generator().manual_seed(5)) < 0.7
-    ),
-    "window | padding": lambda lq, lk: M.sliding_window(2) | M.key_padding([10, 200]),
-}
-
-
-@pytest.mark.parametrize("name", MASKS)
+@pytest.mark.parametrize("name", KINDS)
 def test_masks(name):
-    lq, lk = (200, 200) if name == "prefix lm" else (161, 290)
+    lq, lk = 161, 290
     xs = make_inputs((2, 3), lq, lk, 8, 8, 12, 16, seed=6)
-    check(xs, MASKS[name](lq, lk))
+    check(xs, S.make_case(name, (2, 3), lq, lk, seed=5))
 
 
 def test_mask_with_head_dim():
     """A mask with batch and head dims (batch_shape (2, 3)) against q (2, 3, Lq, d)."""
-    mask = M.from_predicate(lambda b, h, i, j: (j + b + h) % 3 != 0, batch_size=2, num_heads=3)
+    mask = S.predicate(lambda b, h, i, j: (j + b + h) % 3 != 0, batch_size=2, num_heads=3)
     check(make_inputs((2, 3), 37, 150, 8, 8, 8, 8, seed=7), mask)
 
 
@@ -204,12 +205,12 @@ def test_fully_masked_rows_are_zero():
     lq, lk = 70, 140
     allowed = torch.rand((lq, lk), generator=torch.Generator().manual_seed(8)) < 0.5
     allowed[::3] = False  # every third row sees no key
-    mask = M.from_tensor(allowed) & M.key_padding([0, lk])  # batch 0 sees nothing at all
+    mask = S.tensor(allowed) & S.key_padding([0, lk])  # batch 0 sees nothing at all
     xs = make_inputs((2, 2), lq, lk, 8, 8, 8, 16, seed=9)
     out = check(xs, mask)
     assert (out[0] == 0).all()
     assert (out[1, :, ::3] == 0).all()
-    out = F.additive_attention(*xs, mask, backend="additive_fused")
+    out = F.additive_attention(*xs, mask.mask, backend="additive_fused")
     g = torch.autograd.grad(out.sum(), xs[0])[0]
     assert (g[0] == 0).all() and (g[1, :, ::3] == 0).all()
 
@@ -217,7 +218,7 @@ def test_fully_masked_rows_are_zero():
 def test_causal_bottom_right_more_queries_than_keys():
     """Lq > Lk with bottom-right alignment: the first Lq - Lk query rows see no key."""
     xs = make_inputs((1, 2), 100, 37, 8, 8, 8, 16, seed=10)
-    out = check(xs, M.causal("bottom_right"))
+    out = check(xs, S.causal("bottom_right"))
     assert (out[..., : 100 - 37, :] == 0).all()
 
 
@@ -278,7 +279,7 @@ def test_first_writable_cache_dir(tmp_path):
 
 def test_cache_dir_is_per_cpu_target(tmp_path, monkeypatch):
     """Kernels compiled for NUMBA_CPU_NAME=generic (make test-portable) get their own directory."""
-    from attnkit.kernels.numba_runtime import cache_dir
+    from attnkit.kernels.numba.runtime import cache_dir
 
     src = tmp_path / "k.py"
     src.write_text("x = 1\n")
@@ -298,7 +299,7 @@ BOUNDSCHECK_SCRIPT = textwrap.dedent(
     """
     import json, numba, numpy as np, torch
     from attnkit import functional as F, masks as M
-    from attnkit.kernels import additive_fused as AF
+    from attnkit.kernels import additive as AF
 
     @numba.njit
     def oob(a):

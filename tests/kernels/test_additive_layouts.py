@@ -27,6 +27,7 @@ from attnkit.kernels import BACKENDS
 from tests.support import grads as G
 from tests.support.layouts import LAYOUTS, make
 from tests.support.masks import KINDS, make_case, reduce_grad, ref_mask
+from tests.support.numerics import rel_err
 
 TOL = 1e-5
 FLOOR = 0.1
@@ -40,15 +41,6 @@ FUSED = BACKENDS["additive_fused"]
 needs_fused = pytest.mark.skipif(
     FUSED.available() is not None, reason=f"additive_fused unavailable: {FUSED.available()}"
 )
-
-
-def err(got, ref, floor: float | None = None) -> float:
-    """norm(got - ref) / max(norm(ref), floor); floor defaults to FLOOR * sqrt(size)."""
-    g = got.detach().double().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
-    r = np.asarray(ref, dtype=np.float64)
-    assert g.shape == r.shape, (g.shape, r.shape)
-    floor = FLOOR * np.sqrt(r.size) if floor is None else floor
-    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), floor))
 
 
 def inputs(lq: int, lk: int, layout: str, seed: int):
@@ -82,7 +74,7 @@ def run_case(kind: str, layout: str, backend: str, index: int) -> None:
         backend = "auto"  # what a user gets: math, with the bias gradient
     out = F.additive_attention(*xs, spec.mask, backend=backend)
     assert out.dtype == torch.float32 and out.shape == ref.output.shape
-    assert err(out, ref.output) <= TOL, (kind, layout, lq, lk)
+    assert rel_err(out, ref.output, entry_floor=FLOOR) <= TOL, (kind, layout, lq, lk)
     empty = ~np.broadcast_to(ref.allowed, ref.scores.shape).any(-1)  # rows without a key
     assert (out.detach().numpy()[empty] == 0).all()
     d_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(99), dtype=torch.float64)
@@ -92,13 +84,13 @@ def run_case(kind: str, layout: str, backend: str, index: int) -> None:
     floor = FLOOR * float(d_out.norm())
     for name, x in zip(("q", "k", "v", "w_q", "w_k", "w_v"), xs):
         assert torch.isfinite(x.grad).all(), name
-        e = err(x.grad, want[name], floor)
+        e = rel_err(x.grad, want[name], floor)
         assert e <= TOL, (kind, layout, lq, lk, name, e)
     assert (xs[0].grad.numpy()[empty] == 0).all()  # P1: no gradient through an empty row
     for t, shape, nb in leaves:
         assert t.grad is not None, "the bias gradient was dropped"
         want_b = reduce_grad(np.where(ref.allowed, want["bias"], 0.0), shape, nb)
-        assert err(t.grad.reshape(want_b.shape), want_b, floor) <= TOL, (kind, layout, "bias")
+        assert rel_err(t.grad.reshape(want_b.shape), want_b, floor) <= TOL, (kind, layout, "bias")
 
 
 GRID = [

@@ -16,8 +16,9 @@ import torch
 from attnkit import functional as F
 from attnkit import heads, kernels
 from attnkit import masks as M
-from attnkit.kernels import base, dispatch
 from attnkit.kernels import blocksparse as bs
+from attnkit.kernels import dispatch
+from attnkit.kernels.call import base
 from tests.kernels.blocksparse_check import check
 from tests.support import layouts
 from tests.support.numerics import rel_err

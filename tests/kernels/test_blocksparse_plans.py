@@ -13,8 +13,8 @@ import attnkit.kernels.blocksparse as bs
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference
-from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse import plans
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.tuning import DEFAULT, use
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import attnkit.kernels.blocksparse.softcap as fused
 from attnkit import functional as F
-from attnkit.kernels.numba_runtime import numba_missing
+from attnkit.kernels.numba.runtime import numba_missing
 from attnkit.masks import Causal, SlidingWindow
 from tests.kernels.test_sinks_softcap import _check
 from tests.support import layouts

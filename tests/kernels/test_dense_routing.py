@@ -15,7 +15,8 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
-from attnkit.kernels import dense, numerics
+from attnkit.kernels import dense
+from attnkit.kernels.policy import numerics
 
 TOL = {torch.float32: 2e-6, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 

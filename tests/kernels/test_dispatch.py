@@ -18,7 +18,8 @@ from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
 from attnkit.kernels import BACKENDS, dispatch
-from attnkit.kernels.base import AttentionCall, Backend
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.dispatch import WEIGHTS_LIMIT
 from tests.support.numerics import TOL, rel_err
 
@@ -336,7 +337,7 @@ def test_the_fallback_runs_on_math_and_matches_it(monkeypatch):
 def test_the_policy_runs_once_per_call(monkeypatch, backend):
     """The policy is one stage of dispatch: one decision per call, asked by dispatch only
     (blocksparse used to ask it up to seven times per call)."""
-    from attnkit.kernels import numerics
+    from attnkit.kernels.policy import numerics
 
     asked = []
     real = numerics.decision

@@ -19,8 +19,9 @@ import torch
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference as R
+from attnkit.calls import parse
 from attnkit.kernels import dispatch
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 from tests.support.numerics import TOL, rel_err
 
 
@@ -129,14 +130,17 @@ def test_inference_tensor_masks_are_never_remembered():
     assert torch.equal(out[:, 2], torch.zeros_like(out[:, 2]))
 
 
-def test_fast_constructor_builds_the_same_call():
+def test_the_fast_path_builds_the_same_call():
+    """A remembered signature's call (built without the dataclass's __init__) equals the
+    checked one, field by field, and is as frozen, with a memo of its own."""
     q, k, v = _qkv(2, 3, 4)
     mask = M.causal()
-    fast = AttentionCall.dot(q, k, v, mask, 0.5, 0.1, True)
-    slow = AttentionCall("dot", q, k, v, mask=mask, scale=0.5, dropout_p=0.1, return_weights=True)
-    assert fast == slow
-    assert {f.name for f in dataclasses.fields(AttentionCall)} == set(vars(fast))
-    other = AttentionCall.dot(q, k, v, None, 1, 0, 0)
-    assert fast.memo.numerics is None and fast.memo.entries is None and fast.memo is not other.memo
+    options = dict(scale=0.5, dropout_p=0.1, return_weights=True)
+    slow = parse("dot", q, k, v, mask, **options)
+    fast = parse("dot", q, k, v, mask, **options)
+    assert slow.signature == fast.signature and dispatch.CACHE.get(fast.signature, mask)
+    assert fast.call == slow.call and fast.call is not slow.call and fast.backend is slow.backend
+    assert {f.name for f in dataclasses.fields(AttentionCall)} == set(vars(fast.call))
+    assert fast.call.memo.entries is None and fast.call.memo is not slow.call.memo
     with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.scale = 2.0
+        fast.call.scale = 2.0

@@ -109,9 +109,9 @@ def test_blocksparse_follows_the_tuned_block_sizes(block_q, block_kv, mask_name)
 
 
 def _call(q, k, v, mask):
-    from attnkit.calls import dot_call
+    from attnkit.calls import parse
 
-    return dot_call(q, k, v, mask, None, 0.0, False, "blocksparse", True)[0]
+    return parse("dot", q, k, v, mask, backend="blocksparse").call
 
 
 @pytest.mark.parametrize("tile", [(4, 8), (16, 64), (64, 256)])

@@ -4,7 +4,7 @@
   w_v ~ 1e30 the scores (~1e30) fit float32, but the gradient of the tanh layer,
   dS_ij w_v (1 - tanh^2) ~ 1e40, does not; ``math`` returned inf - inf = NaN gradients of q,
   W_q and W_k whose true values are small (|dW_k| ~ 6e8). P5's bound now covers that
-  intermediate (``attnkit.kernels.additive_fused.policy``), so such calls run in float64.
+  intermediate (``attnkit.kernels.policy.additive``), so such calls run in float64.
 
 - ``additive_fused`` computed tanh's derivative as 1 - t² from the float32 t = tanh(x): near
   saturation t is within an ulp of +-1 and 1 - t² keeps few bits (relative error 2e-5 in dq at
@@ -25,6 +25,7 @@ import torch
 
 from attnkit import functional as F
 from attnkit.kernels import BACKENDS
+from tests.support.numerics import rel_err
 
 TOL = 1e-5
 EPS32 = torch.finfo(torch.float32).eps
@@ -36,10 +37,6 @@ ADDITIVE_BACKENDS = [
     ),
     "math",
 ]
-
-
-def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.double() - want).norm() / want.norm())
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, size: float) -> tuple[bool, float]:
@@ -134,7 +131,9 @@ def test_additive_fused_tanh_derivative_near_saturation(far_key):
     args = [leaves[n] for n in ("q", "k", "v", "w_q", "w_k", "w_v")]
     F.additive_attention(*args, backend="additive_fused").backward(d_out)
     for n, t in leaves.items():
-        assert _rel(t.grad, want[n]) <= TOL, f"gradient of {n} off by {_rel(t.grad, want[n]):.3g}"
+        assert rel_err(t.grad, want[n]) <= TOL, (
+            f"gradient of {n} off by {rel_err(t.grad, want[n]):.3g}"
+        )
 
 
 @pytest.mark.skipif(FUSED.available() is not None, reason=str(FUSED.available()))
@@ -157,4 +156,4 @@ def test_additive_fused_saturated_tanh_has_zero_derivative():
     F.additive_attention(*args, backend="additive_fused").backward(d_out)
     for n in ("q", "k", "w_q", "w_k"):
         assert float(leaves[n].grad.abs().max()) == 0.0, f"gradient of {n}: {leaves[n].grad}"
-    assert _rel(leaves["v"].grad, want["v"]) <= TOL
+    assert rel_err(leaves["v"].grad, want["v"]) <= TOL

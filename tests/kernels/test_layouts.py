@@ -24,7 +24,7 @@ from attnkit import functional as F
 from attnkit import kernels, reference
 from attnkit.kernels import blocksparse as bs
 from attnkit.kernels import dispatch
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 from tests.support import grads as G
 from tests.support import layouts
 from tests.support.masks import make_case, reduce_grad, ref_mask

@@ -1,5 +1,5 @@
-"""Regressions found in review of the input scan (kernels/scan.py), the grouped-query fold and
-the blocksparse attention dropout (kernels/blocksparse/keep.py). Each test compares attnkit with
+"""Regressions found in review of the input scan (kernels/policy/scan.py), the grouped-query fold
+and the blocksparse attention dropout (kernels/blocksparse/keep.py). Each test compares attnkit with
 an independent float64 computation (torch autograd or the NumPy keep mask of
 ``attnkit.reference.dropout``), tolerance stated in the test.
 """
@@ -13,8 +13,9 @@ import torch
 
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels import dispatch, scan
+from attnkit.kernels import dispatch
 from attnkit.kernels.blocksparse.keep import draw_seed
+from attnkit.kernels.policy import scan
 from attnkit.reference.dropout import keep_mask
 
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from attnkit import functional as F
 from attnkit import reference as R
-from attnkit.kernels.base import AttentionCall
-from attnkit.kernels.numerics import fused_backward_ok, numerics
+from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.policy.numerics import fused_backward_ok, numerics
 from tests.support import layouts
 from tests.support.backends import serving
 from tests.support.masks import KINDS, make_case, ref_mask

@@ -15,12 +15,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit import autotune, tune_rules
+from attnkit import autotune
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.tuning import DEFAULT, use
+from attnkit.kernels.tuning import rules as tune_rules
 
 MARGIN = 1.05
 
@@ -91,7 +92,9 @@ def _brute(lengths: torch.Tensor, h: int, n: int, bq: int, bkv: int) -> tuple[fl
 def test_empty_blocks_counts_as_the_grid_does(b, h, n, blocks, data):
     lengths = torch.tensor(data.draw(st.lists(st.integers(1, n), min_size=b, max_size=b)))
     q = torch.zeros((b, h, n, 8))
-    call = AttentionCall.dot(q, q, q, M.key_padding(lengths), 1.0, 0.0, False)
+    call = AttentionCall(
+        "dot", q, q, q, mask=M.key_padding(lengths), scale=1.0, dropout_p=0.0, return_weights=False
+    )
     e = empty_blocks(call, *blocks)
     every, each, calls = _brute(lengths, h, n, *blocks)
     assert e.every == pytest.approx(every, abs=1e-6)  # a float32 mean
@@ -103,7 +106,13 @@ def test_empty_blocks_counts_as_the_grid_does(b, h, n, blocks, data):
 def test_empty_blocks_refuses_a_call_without_mask():
     q = torch.zeros((1, 1, 4, 2))
     with pytest.raises(ValueError, match="call: expected a call with a mask"):
-        empty_blocks(AttentionCall.dot(q, q, q, None, 1.0, 0.0, False), 128, 64)
+        empty_blocks(
+            AttentionCall(
+                "dot", q, q, q, mask=None, scale=1.0, dropout_p=0.0, return_weights=False
+            ),
+            128,
+            64,
+        )
 
 
 def _bert_call():
@@ -121,7 +130,9 @@ def _tune_elements(monkeypatch, ratio_at) -> int:
     sizes = []
 
     def race(q, k, v, mask, reps, backends=("dense", "blocksparse")):
-        call = AttentionCall.dot(q, k, v, mask, 1.0, 0.0, False)
+        call = AttentionCall(
+            "dot", q, k, v, mask=mask, scale=1.0, dropout_p=0.0, return_weights=False
+        )
         size = empty_blocks(call, DEFAULT.blocksparse_block_q, DEFAULT.blocksparse_block_kv)
         sizes.append(size.skipped_per_call)
         return {

@@ -209,7 +209,7 @@ def test_block_map_and_plan_caches_are_separate_bounded_lrus():
     assert len(m.block_map_cache) <= 2 * M.BLOCK_MAP_CACHE_SIZE
     assert m.block_map(6, 6, 4, 4) is not None and len(m.plan_cache) == 0
     plans = m.plan_cache
-    assert m._cache() is plans and plans is not m.block_map_cache  # the kernels' old name
+    assert plans is m.plan_cache and plans is not m.block_map_cache
     for n in range(3 * M.PLAN_CACHE_SIZE):
         plans.put(("plan", n), n)
         assert plans.get(("plan", 0)) == 0  # recently used: kept

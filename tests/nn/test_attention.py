@@ -15,16 +15,9 @@ from torch import nn
 from attnkit import masks
 from attnkit.nn.attention import MultiHeadAttention
 from attnkit.nn.cache import KVCache
+from tests.support.numerics import max_rel_err
 
 B, LQ, LK = 3, 7, 13
-
-
-def assert_rel(ours: torch.Tensor, ref: torch.Tensor, rel: float) -> None:
-    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-    assert not torch.isnan(ours).any()
-    err = (ours - ref).abs().max().item()
-    scale = ref.abs().max().item()
-    assert err <= rel * scale, f"max error {err:.3e} > {rel:.0e} x {scale:.3e}"
 
 
 def torch_padding(lengths: list[int], n: int) -> torch.Tensor:
@@ -89,15 +82,15 @@ def test_from_torch_matches_torch(packed, bias, batch_first, mask_kind):
 
     ref_out, ref_w = m(q, k, v, **tkw)  # averaged weights (B, Lq, Lk)
     out, w = ours(q, k, v, mask, return_weights=True, average_weights=True)
-    assert_rel(out, ref_out, 1e-5)
-    assert_rel(w, ref_w, 1e-5)
+    assert max_rel_err(out, ref_out) <= 1e-5
+    assert max_rel_err(w, ref_w) <= 1e-5
 
     _, ref_wh = m(q, k, v, average_attn_weights=False, **tkw)  # per head (B, H, Lq, Lk)
     out_fast, none = ours(q, k, v, mask)  # fast path, no weights
     _, wh = ours(q, k, v, mask, return_weights=True)
     assert none is None
-    assert_rel(out_fast, ref_out, 1e-5)
-    assert_rel(wh, ref_wh, 1e-5)
+    assert max_rel_err(out_fast, ref_out) <= 1e-5
+    assert max_rel_err(wh, ref_wh) <= 1e-5
 
     if mask_kind != "none":  # the mask must matter, or this test could not fail on masks
         assert (ours(q, k, v)[0] - ref_out).abs().max() > 1e-3
@@ -115,7 +108,7 @@ def test_to_torch_round_trip(packed):
     q = torch.randn(LQ, B, 12)
     k = torch.randn(LK, B, kw.get("kdim", 12))
     v = torch.randn(LK, B, kw.get("vdim", 12))
-    assert_rel(ours(q, k, v)[0], m(q, k, v, need_weights=False)[0], 1e-5)
+    assert max_rel_err(ours(q, k, v)[0], m(q, k, v, need_weights=False)[0]) <= 1e-5
     back = MultiHeadAttention.from_torch(m)
     for (n1, p1), (n2, p2) in zip(ours.named_parameters(), back.named_parameters(), strict=True):
         assert n1 == n2 and torch.equal(p1, p2)
@@ -171,10 +164,10 @@ def test_grouped_query_against_float64_math(num_kv_heads):
     )
     ref_out, ref_w = gqa_reference(mha, x, mem, allowed)
     out, w = mha(x, mem, mask=masks.key_padding(lengths), return_weights=True)
-    assert_rel(out, ref_out, 1e-10)
-    assert_rel(w, ref_w, 1e-10)
+    assert max_rel_err(out, ref_out) <= 1e-10
+    assert max_rel_err(w, ref_w) <= 1e-10
     fast, _ = mha(x, mem, mask=masks.key_padding(lengths))
-    assert_rel(fast, ref_out, 1e-10)
+    assert max_rel_err(fast, ref_out) <= 1e-10
 
 
 def test_self_attention_defaults_key_and_value_to_query():
@@ -193,7 +186,7 @@ def test_fully_masked_row_gives_bias_not_nan():
     x = torch.randn(2, LQ, 12)
     out, w = mha(x, mask=masks.key_padding([0, LQ]), return_weights=True)
     # batch 0 sees no key: every head outputs 0, so the result is out_proj's bias
-    assert_rel(out[0], mha.out_proj.bias.expand(LQ, 12), 1e-6)
+    assert max_rel_err(out[0], mha.out_proj.bias.expand(LQ, 12)) <= 1e-6
     assert torch.count_nonzero(w[0]) == 0
     assert not torch.isnan(out).any()
 
@@ -249,7 +242,7 @@ def test_self_attention_cache_matches_full_causal_forward(num_kv_heads, rotary, 
         pos += n
     assert cache.length == cache.seen == LK
     assert cache.k.shape == (B, num_kv_heads or 4, LK, 4)  # k/v heads are cached unrepeated
-    assert_rel(torch.cat(outs, dim=1), full, 1e-5)
+    assert max_rel_err(torch.cat(outs, dim=1), full) <= 1e-5
     if rotary:
         starts = [0] + list(torch.tensor(chunks).cumsum(0)[:-1].tolist())
         assert rot.calls[1:] == [(s, s) for s in starts]
@@ -268,12 +261,12 @@ def test_static_cache_reuses_cross_attention_keys():
         mha(x[:, t : t + 1], mem, mask=masks.key_padding([13, 2, 7]), cache=cache)[0]
         for t in range(LQ)
     ]
-    assert_rel(torch.cat(steps, 1), full, 1e-5)
+    assert max_rel_err(torch.cat(steps, 1), full) <= 1e-5
     k_first = cache.k
     mha(x[:, :1], mem * 100, cache=cache)  # memory is not re-projected once cached
     assert cache.k is k_first and cache.seen == LQ + 1
     again, _ = mha(x[:, 3:4], cache=cache)  # key/value may be omitted once cached
-    assert_rel(again, mha(x[:, 3:4], mem)[0], 1e-5)
+    assert max_rel_err(again, mha(x[:, 3:4], mem)[0]) <= 1e-5
     with pytest.raises(ValueError, match="key: the static cache holds Lk = 13"):
         mha(x[:, :1], mem[:, :5], cache=cache)
 
@@ -288,7 +281,7 @@ def test_cache_reorder_selects_batch_rows():
     cache.reorder(idx)
     last, _ = mha(x[idx, 4:], cache=cache)
     full, _ = mha(x[idx], mask=masks.causal())
-    assert_rel(last, full[:, 4:], 1e-5)
+    assert max_rel_err(last, full[:, 4:]) <= 1e-5
 
 
 def test_cache_errors():

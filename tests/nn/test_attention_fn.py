@@ -18,14 +18,10 @@ from attnkit import reference as R
 from attnkit.nn.attention import MultiHeadAttention, default_attention
 from tests.support import masks as S
 from tests.support.no_work import no_work
-from tests.support.numerics import rel_err, to_np
+from tests.support.numerics import rel_err
 
 B, LQ, LK, E, H = 3, 7, 13, 30, 6  # d = E / H = 5
 REL64 = 1e-10
-
-
-def rel(got, ref) -> float:
-    return rel_err(got, to_np(ref))
 
 
 class ReferenceFn:
@@ -87,8 +83,8 @@ def test_reference_attention_fn_equals_default(num_kv_heads, spec_name):
     mem = torch.randn(B, LK, E, dtype=torch.float64)
     ref_out, ref_w = mha(x, mem, mask=spec.mask, return_weights=True)
     out, w = custom(x, mem, mask=spec.mask, return_weights=True)
-    assert rel(out, ref_out) <= REL64
-    assert rel(w, ref_w) <= REL64
+    assert rel_err(out, ref_out) <= REL64
+    assert rel_err(w, ref_w) <= REL64
     (call,) = fn.calls
     d, g = E // H, num_kv_heads
     assert call["shapes"] == ((B, H, LQ, d), (B, g, LK, d), (B, g, LK, d))
@@ -96,7 +92,7 @@ def test_reference_attention_fn_equals_default(num_kv_heads, spec_name):
     assert call["dropout_p"] == 0.0 and call["return_weights"] is True
     fast, none = custom(x, mem, mask=spec.mask)
     assert none is None and fn.calls[-1]["return_weights"] is False
-    assert rel(fast, ref_out) <= REL64
+    assert rel_err(fast, ref_out) <= REL64
 
 
 @pytest.mark.parametrize(
@@ -118,10 +114,10 @@ def test_cached_decoding_with_reference_fn_equals_full_forward(num_kv_heads, chu
         outs, pos = [], 0
         for n in chunks:
             o, w = module(x[:, pos : pos + n], mask=spec.mask, cache=cache, return_weights=True)
-            assert rel(w, full_w[:, :, pos : pos + n, : pos + n]) <= REL64
+            assert rel_err(w, full_w[:, :, pos : pos + n, : pos + n]) <= REL64
             outs.append(o)
             pos += n
-        assert rel(torch.cat(outs, dim=1), full) <= REL64
+        assert rel_err(torch.cat(outs, dim=1), full) <= REL64
     d, pos = E // H, 0
     for call, n in zip(fn.calls, chunks, strict=True):  # k/v: every cached key, G heads
         pos += n

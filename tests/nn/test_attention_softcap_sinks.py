@@ -14,24 +14,17 @@ from safetensors.torch import load_file, save_file
 
 from attnkit import masks
 from attnkit.nn.attention import MultiHeadAttention
+from tests.support import masks as S
 from tests.support.sinks import check_close, torch_reference
 
 B, L, E, H = 2, 11, 32, 4
 
 MASKS = {
-    "causal": (masks.causal(), lambda lq, lk: torch.ones(lq, lk, dtype=torch.bool).tril()),
-    "window&causal": (
-        masks.sliding_window(3, 0),
-        lambda lq, lk: (
-            torch.ones(lq, lk, dtype=torch.bool).tril()
-            & ~torch.ones(lq, lk, dtype=torch.bool).tril(-4)
-        ),
-    ),
-    "key_padding": (
-        masks.key_padding(torch.tensor([L, 6])),
-        lambda lq, lk: (torch.arange(lk) < torch.tensor([L, 6])[:, None])[:, None, None, :],
-    ),
+    "causal": S.causal(),
+    "window&causal": S.sliding_window(3, 0),
+    "key_padding": S.key_padding([L, 6]),
 }
+"""Catalogue masks (tests/support/masks.py); the reference reads their dense form."""
 
 
 def _module(g: int, cap, sinks: bool, seed: int = 0) -> MultiHeadAttention:
@@ -70,9 +63,10 @@ def test_forward_and_gradients_match_float64(kind, g, cap, sinks):
     """Output and the gradients of the sinks parameter and of the packed in-projection."""
     m = _module(g, cap, sinks)
     x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(1))
-    mask, allowed = MASKS[kind]
-    out, _ = m(x, mask=mask)
-    ref, p = _reference(m, x, allowed(L, L))
+    spec = MASKS[kind]
+    out, _ = m(x, mask=spec.mask)
+    allowed = torch.from_numpy(S.ref_mask(spec, (B, H), L, L))
+    ref, p = _reference(m, x, allowed)
     check_close(out.detach().double().numpy(), ref.detach().numpy(), torch.float32, "output")
     go = torch.randn(ref.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     names = ["in_proj.weight"] + (["sinks"] if sinks else [])

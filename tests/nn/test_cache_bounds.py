@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels import kv_bounds, scan
+from attnkit.kernels.policy import kv_bounds, scan
 from attnkit.nn import KVCache, MultiHeadAttention
 
 
@@ -165,7 +165,7 @@ def test_claim_refuses_what_is_not_a_module():
 def test_bounds_of_an_empty_cache_are_zero_and_finite():
     """A cache with no rows (a window cropped to nothing) has max|k| 0 and is finite; appending
     rows then gives exactly the bounds of those rows."""
-    from attnkit.kernels.kv_bounds import RowBounds
+    from attnkit.kernels.policy.kv_bounds import RowBounds
 
     empty = torch.zeros(2, 3, 0, 4)
     b = RowBounds.of(empty, empty)
@@ -180,7 +180,7 @@ def test_bounds_of_an_empty_cache_are_zero_and_finite():
 def test_row_bounds_match_a_torch_scan_with_nan_and_inf(batch):
     """RowBounds.of / bounds (row by row with the bit scan for few rows, torch reductions for
     many) against max|k| and isfinite computed directly; NaN wins over inf in a row."""
-    from attnkit.kernels.kv_bounds import RowBounds
+    from attnkit.kernels.policy.kv_bounds import RowBounds
 
     g = torch.Generator().manual_seed(batch)
     k, v = torch.randn(batch, 2, 5, 4, generator=g), torch.randn(batch, 2, 5, 3, generator=g)

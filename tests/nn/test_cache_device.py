@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from attnkit import functional as F
-from attnkit.kernels import kv_bounds, numerics
+from attnkit.kernels.policy import kv_bounds, numerics
 from attnkit.nn import KVCache
 from tests.support.host_sync import NoHostSync
 

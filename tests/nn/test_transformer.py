@@ -22,17 +22,10 @@ from attnkit.nn.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from tests.support.numerics import max_rel_err
 
 B, S, T, E, H, FF = 3, 9, 7, 20, 4, 33
 SRC_LENGTHS, TGT_LENGTHS = [9, 5, 2], [7, 7, 4]
-
-
-def assert_rel(ours: torch.Tensor, ref: torch.Tensor, rel: float = 1e-5) -> None:
-    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-    assert not torch.isnan(ours).any()
-    err = (ours - ref).abs().max().item()
-    scale = ref.abs().max().item()
-    assert err <= rel * scale, f"max error {err:.3e} > {rel:.0e} x {scale:.3e}"
 
 
 def torch_padding(lengths: list[int], n: int) -> torch.Tensor:
@@ -117,7 +110,7 @@ def test_encoder_layer_from_torch(no_fastpath, norm_first, activation, batch_fir
     mask = masks.from_key_padding_mask(pad)
     if causal:
         mask = masks.causal() & mask
-    assert_rel(ours(src, mask), ref)
+    assert max_rel_err(ours(src, mask), ref) <= 1e-5
     assert (ours(src) - ref).abs().max() > 1e-3  # the mask matters
 
 
@@ -151,7 +144,7 @@ def test_decoder_layer_from_torch(norm_first, activation, batch_first):
         masks.causal() & masks.from_key_padding_mask(tpad),
         masks.from_key_padding_mask(spad),
     )
-    assert_rel(out, ref)
+    assert max_rel_err(out, ref) <= 1e-5
 
 
 def test_stacks_from_torch(no_fastpath):
@@ -174,8 +167,8 @@ def test_stacks_from_torch(no_fastpath):
     a_enc, a_dec = TransformerEncoder.from_torch(enc), TransformerDecoder.from_torch(dec)
     assert (a_enc.num_layers, a_dec.num_layers) == (2, 3)
     mem = a_enc(src, masks.from_key_padding_mask(spad))
-    assert_rel(mem, ref_mem)
-    assert_rel(a_dec(tgt, mem, masks.causal(), masks.key_padding(SRC_LENGTHS)), ref)
+    assert max_rel_err(mem, ref_mem) <= 1e-5
+    assert max_rel_err(a_dec(tgt, mem, masks.causal(), masks.key_padding(SRC_LENGTHS)), ref) <= 1e-5
 
 
 @pytest.mark.parametrize(
@@ -205,7 +198,7 @@ def test_transformer_from_torch(no_fastpath, bias, batch_first, norm_first):
         tgt_mask=masks.causal() & masks.key_padding(TGT_LENGTHS),
         memory_mask=masks.key_padding(SRC_LENGTHS),
     )
-    assert_rel(out, ref)
+    assert max_rel_err(out, ref) <= 1e-5
 
 
 def test_transformer_matches_torch_parameter_count():
@@ -226,7 +219,7 @@ def test_encoder_with_torch_fastpath_on_non_padded_positions():
         out = ours(src, masks.from_key_padding_mask(pad))
     assert torch.count_nonzero(ref[pad]) == 0  # torch really took its nested-tensor path
     keep = ~pad
-    assert_rel(out[keep], ref[keep])
+    assert max_rel_err(out[keep], ref[keep]) <= 1e-5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +244,7 @@ def test_decoder_layer_cache_matches_full_forward(norm_first, chunks):
     full = layer(tgt, mem, masks.causal() & tgt_pad, mem_mask)
     cache = layer.new_cache()
     step = lambda x: layer(x, mem, masks.causal("bottom_right") & tgt_pad, mem_mask, cache)  # noqa: E731
-    assert_rel(_decode_in_chunks(step, tgt, chunks), full)
+    assert max_rel_err(_decode_in_chunks(step, tgt, chunks), full) <= 1e-5
     assert cache.self_attn.length == 13 and cache.cross_attn.length == S
 
 
@@ -265,12 +258,12 @@ def test_decoder_cache_matches_full_forward():
     cache = tr.new_cache()
     assert isinstance(cache, DecoderCache) and len(cache.layers) == 3
     step = lambda x: tr.decode(x, memory, None, src_mask, cache)  # noqa: E731 - 1 token: no mask
-    assert_rel(_decode_in_chunks(step, tgt, [1] * 11), full)
+    assert max_rel_err(_decode_in_chunks(step, tgt, [1] * 11), full) <= 1e-5
     assert cache.length == 11
     # a cache built lazily (DecoderCache.empty) works the same way
     lazy = DecoderCache.empty(3)
     step = lambda x: tr.decode(x, memory, masks.causal("bottom_right"), src_mask, lazy)  # noqa: E731
-    assert_rel(_decode_in_chunks(step, tgt, [4, 7]), full)
+    assert max_rel_err(_decode_in_chunks(step, tgt, [4, 7]), full) <= 1e-5
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,33 +44,3 @@ def ref(q, k, v, allowed=None, bias=None, scale=None):
 def close(got, want, dtype):
     tol = TOL[dtype]
     torch.testing.assert_close(got.double(), want.double(), rtol=tol, atol=tol)
-
-
-MASK_SHAPES = [
-    lambda b, h, lq, lk: (b, 1, 1, lk),
-    lambda b, h, lq, lk: (1, 1, lq, lk),
-    lambda b, h, lq, lk: (lq, lk),
-    lambda b, h, lq, lk: (1, lk),
-    lambda b, h, lq, lk: (b, h, lq, lk),
-    lambda b, h, lq, lk: (1, h, 1, lk),
-    lambda b, h, lq, lk: (b, 1, lq, 1),
-]
-
-
-def block_diag(q_seqlens, kv_seqlens, causal=None):
-    lq, lk = sum(q_seqlens), sum(kv_seqlens)
-    m = torch.zeros(lq, lk, dtype=torch.bool)
-    q0 = k0 = 0
-    for a, b in zip(q_seqlens, kv_seqlens):
-        blk = torch.ones(a, b, dtype=torch.bool)
-        if causal == "top_left":
-            blk = blk.tril()
-        elif causal == "bottom_right":
-            blk = blk.tril(diagonal=b - a)
-        m[q0 : q0 + a, k0 : k0 + b] = blk
-        q0, k0 = q0 + a, k0 + b
-    return m
-
-
-def ids(seqlens):
-    return torch.cat([torch.full((n,), i) for i, n in enumerate(seqlens)])

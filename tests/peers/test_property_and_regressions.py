@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import attnkit
 from attnkit import masks
-from tests.peers.common import MASK_SHAPES, block_diag, close, ids, qkv, rand, ref
+from tests.peers.common import close, qkv, rand, ref
+from tests.support.masks import MASK_SHAPES, block_diag, ids
 
 # ---------------------------------------------------------------------------------------------
 # property-based: random shapes / masks / layouts / backends against the float64 softmax

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 import attnkit
 from attnkit import masks
 from attnkit.functional import grouped_query_attention
-from tests.peers.common import MASK_SHAPES, close, qkv, rand, ref
+from tests.peers.common import close, qkv, rand, ref
+from tests.support.masks import MASK_SHAPES
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit import masks
-from tests.peers.common import block_diag, close, ids, qkv, rand, ref
+from tests.peers.common import close, qkv, rand, ref
+from tests.support.masks import block_diag, ids
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,12 +16,6 @@ import numpy as np
 REL = 1e-12  # vectorised float64 vs Python loops: only the summation order differs
 
 
-def rel_err(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
-
-
 def hand_attention(score, n_q, n_k, V, scale=1.0, mask=None):
     """For every query i: s_ij = score(i, j) * scale (+ M_ij), alpha_i = softmax over allowed
     j, output_i = sum_j alpha_ij V_j. ``mask`` is None or an (n_q, n_k) bool/float array.

@@ -18,9 +18,9 @@ from tests.reference.hand_loop import (
     hand_attention,
     per_batch,
     random_mask,
-    rel_err,
     softmax_pair,
 )
+from tests.support.numerics import rel_err
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from attnkit import reference as R
-from tests.reference.hand_loop import REL, dot, hand_attention, per_batch, rel_err
+from tests.reference.hand_loop import REL, dot, hand_attention, per_batch
+from tests.support.numerics import rel_err
 
 
 def test_self_attention_is_scaled_dot_product_on_projections():

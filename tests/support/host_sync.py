@@ -3,7 +3,7 @@
 On a GPU, ``.item()``, ``.tolist()``, ``bool(tensor)``, ``float(tensor)``, ``.cpu()`` and
 ``.numpy()`` wait for the device's queue to drain. ``NoHostSync`` is a ``TorchFunctionMode``
 that raises on each of them, so code meant to run without host syncs can be checked on the CPU
-(with ``attnkit.kernels.numerics.use_path("device")``); on CUDA, ``cuda_sync_errors()`` adds
+(with ``attnkit.kernels.policy.numerics.use_path("device")``); on CUDA, ``cuda_sync_errors()`` adds
 ``torch.cuda.set_sync_debug_mode("error")``.
 """
 

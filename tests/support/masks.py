@@ -12,7 +12,9 @@ attnkit's own ``materialize``. Specs mirror attnkit's constructors and combine w
 
 ``make_case(name, batch, Lq, Lk, seed)`` builds the catalogue entry ``name`` (every mask kind
 and combination, see ``CATALOGUE``) for inputs with batch dims ``batch``, or returns None when
-the kind does not apply to that batch shape (it needs a batch or a heads dim).
+the kind does not apply to that batch shape (it needs a batch or a heads dim). ``EMPTY_BLOCKS``
+hints which kinds leave empty blocks at long lengths (for tests of block skipping);
+``MASK_SHAPES`` and ``block_diag`` are plain-tensor masks of the peers' suites.
 
 Batch alignment: mask objects line their batch dims up with the *leading* batch dims of q (so
 singletons are inserted after them); plain tensors (``S.raw``) broadcast right-aligned.
@@ -276,6 +278,42 @@ def reduce_grad(full: np.ndarray, shape: tuple[int, ...], nb: int) -> np.ndarray
     return full.sum(axis=axes, keepdims=True).reshape(lifted)
 
 
+# --- plain tensor masks: broadcast shapes and block-diagonal references ----------------------
+MASK_SHAPES = [
+    lambda b, h, lq, lk: (b, 1, 1, lk),
+    lambda b, h, lq, lk: (1, 1, lq, lk),
+    lambda b, h, lq, lk: (lq, lk),
+    lambda b, h, lq, lk: (1, lk),
+    lambda b, h, lq, lk: (b, h, lq, lk),
+    lambda b, h, lq, lk: (1, h, 1, lk),
+    lambda b, h, lq, lk: (b, 1, lq, 1),
+]
+"""The shapes a plain bool/float mask tensor broadcasts from to (b, h, Lq, Lk) (PyTorch's SDPA
+tests): per key, per query, per head, full."""
+
+
+def block_diag(q_seqlens, kv_seqlens, causal=None) -> torch.Tensor:
+    """The (Lq, Lk) bool mask of packed sequences (xformers' BlockDiagonalMask): query run i
+    attends to key run i only; ``causal`` "top_left" or "bottom_right" within each block."""
+    lq, lk = sum(q_seqlens), sum(kv_seqlens)
+    m = torch.zeros(lq, lk, dtype=torch.bool)
+    q0 = k0 = 0
+    for a, b in zip(q_seqlens, kv_seqlens):
+        blk = torch.ones(a, b, dtype=torch.bool)
+        if causal == "top_left":
+            blk = blk.tril()
+        elif causal == "bottom_right":
+            blk = blk.tril(diagonal=b - a)
+        m[q0 : q0 + a, k0 : k0 + b] = blk
+        q0, k0 = q0 + a, k0 + b
+    return m
+
+
+def ids(seqlens) -> torch.Tensor:
+    """Document ids of packed sequences of lengths ``seqlens`` (0 for the first, 1, ...)."""
+    return torch.cat([torch.full((n,), i) for i, n in enumerate(seqlens)])
+
+
 # --- the catalogue ---------------------------------------------------------------------------
 def sorted_ids(gen: torch.Generator, b: int, n: int) -> torch.Tensor:
     """(b, n) sorted document ids, 1-3 documents per row."""
@@ -395,8 +433,41 @@ CATALOGUE: dict[str, tuple[Callable, int]] = {
     "raw_float_heads": (_raw_float_heads, 0),
     "raw_float_grad": (lambda b, lq, lk, g: _raw_float_heads(b, lq, lk, g, grad=True), 0),
     "all_masked": (lambda b, lq, lk, g: raw(torch.zeros((lq, lk), dtype=torch.bool)), 0),
+    # combinations the block-skipping backends need (empty blocks of every pattern)
+    "window_asym_br": (lambda *a: sliding_window(3, 11, alignment="bottom_right"), 0),
+    "alibi&window": (lambda *a: alibi(0.1) & sliding_window(4), 0),
+    "key_padding&window": (lambda b, lq, lk, g: _key_padding(b, lq, lk, g) & sliding_window(6), 1),
+    "document|key_padding": (
+        lambda b, lq, lk, g: (
+            _document(b, lq, lk, g) | key_padding(torch.randint(0, 3, (b[0],), generator=g))
+        ),
+        1,
+    ),
+    "prefix&causal|window": (
+        lambda b, lq, lk, g: (
+            (prefix_lm(torch.randint(0, 4, (b[0],), generator=g)) & causal()) | sliding_window(2)
+        ),
+        1,
+    ),
 }
 KINDS = tuple(CATALOGUE)
+
+EMPTY_BLOCKS = (
+    "causal_br",
+    "window",
+    "window_asym_br",
+    "window&causal",
+    "key_padding&window",
+    "document",
+    "document_1d",
+    "document&causal",
+    "prefix_lm_batch",
+    "alibi&window",
+)
+"""Hint: the kinds that leave most blocks empty at long lengths (Lq, Lk of about 1000, blocks
+of 16 to 128) whatever their random draws, so a block-skipping backend's plans (bands,
+documents, rows) are exercised there; the other kinds leave few or no blocks to skip at length
+and are tested at short lengths with small blocks."""
 
 
 def make_case(name: str, batch: tuple[int, ...], lq: int, lk: int, seed) -> Spec | None:

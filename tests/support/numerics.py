@@ -1,6 +1,8 @@
 """Relative error and per-dtype tolerances, shared by every test that compares with a reference.
 
-``rel_err(got, ref) = norm(got - ref) / norm(ref)`` (the absolute norm when ``ref`` is 0).
+``rel_err(got, ref) = norm(got - ref) / norm(ref)`` (the absolute norm when ``ref`` is 0; an
+absolute floor per entry with ``entry_floor``); ``max_rel_err``: the largest entry's error against
+the largest reference entry, with an absolute floor.
 
 Tolerances: float64 1e-10 and float32 1e-5 relative (:data:`TOL`). bfloat16 / float16 results are
 held to a small multiple (:data:`HALF_FACTOR`) of the error a *plain* implementation makes at the
@@ -39,11 +41,14 @@ def to_np(t) -> np.ndarray:
     return np.asarray(t, dtype=np.float64)
 
 
-def rel_err(got, ref) -> float:
-    """norm(got - ref) / norm(ref) (absolute when ref is all zero); shapes must match."""
-    g, r = to_np(got), np.asarray(ref, dtype=np.float64)
+def rel_err(got, ref, floor: float = 0.0, *, entry_floor: float = 0.0) -> float:
+    """norm(got - ref) / max(norm(ref), floor, entry_floor * sqrt(ref.size)); with no floor, the
+    absolute error when ref is all zero. ``entry_floor`` is an absolute floor per entry (a
+    root-mean-square): a bound ``rel_err <= tol`` then also passes an error of ``tol *
+    entry_floor`` per entry, for results whose true value is 0 or tiny. Shapes must match."""
+    g, r = to_np(got), to_np(ref)
     assert g.shape == r.shape, (g.shape, r.shape)
-    n = np.linalg.norm(r)
+    n = max(float(np.linalg.norm(r)), floor, entry_floor * math.sqrt(r.size))
     d = np.linalg.norm(g - r)
     return float(d / n) if n > 0 else float(d)
 

@@ -14,7 +14,7 @@ import torch
 
 import attnkit.train.device as device_mod
 from attnkit.cli import main
-from attnkit.kernels import numerics
+from attnkit.kernels.policy import numerics
 from attnkit.train import steps, trainer
 from attnkit.train.checkpoint import find_checkpoint
 from attnkit.train.config import TrainConfig

@@ -8,9 +8,9 @@ to ``VERBS``.
 Fast start (``attnkit --help``, ``attnkit VERB --help`` and ``--version`` import neither torch
 nor numpy; tests/cli/test_startup.py checks every verb, benchmarks/bench_startup.py times it):
 building the parser imports every verb module, so a verb module imports at its top only the
-standard library, :mod:`attnkit.cli.common` and torch- and numpy-free modules (``attnkit.checks``,
-``attnkit.train.config``, ``attnkit.explain.catalog``). Everything else is imported inside
-``run()``::
+standard library, :mod:`attnkit.cli.support` modules that are light at their top and torch-
+and numpy-free modules (``attnkit.checks``, ``attnkit.train.config``,
+``attnkit.explain.catalog``). Everything else is imported inside ``run()``::
 
     def run(ns: argparse.Namespace) -> int:
         from attnkit.train import metrics, session   # heavy: torch, numpy
@@ -21,7 +21,7 @@ torch. The packages ``attnkit``, ``attnkit.explain`` and ``attnkit.train`` impor
 names on first use (:mod:`attnkit.lazy`), so importing a light submodule stays light.
 
 Exit codes: 0 success; 2 a user mistake (bad usage, a missing or unreadable file, bad data:
-what attnkit's own checks raise, :mod:`attnkit.cli.errors`), reported as one line on stderr,
+what attnkit's own checks raise, :mod:`attnkit.cli.support.errors`), reported as one line on stderr,
 never a traceback; 1 an unexpected internal error, reported as
 one line that says so and where to report it; ``bench`` returns the benchmark script's own code.
 """
@@ -36,8 +36,8 @@ import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-from attnkit.cli.common import PROG, ArgumentParser, one_line
-from attnkit.cli.errors import is_user_error
+from attnkit.cli.support.common import PROG, ArgumentParser, one_line
+from attnkit.cli.support.errors import is_user_error
 
 __all__ = ["VERBS", "build_parser", "main"]
 
@@ -112,10 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (``python -m attnkit`` exits with it).
 
     Never lets a traceback reach the user: a user mistake (bad usage, a missing, unreadable or
-    corrupt file, a bad value: what attnkit's own checks raise, :mod:`attnkit.cli.errors`) is
-    one line on stderr and exit code 2; anything else (a dependency's error included) is one
-    line that says it is an internal error and how to report it, exit code 1, with the
-    traceback when ATTNKIT_TRACEBACK=1."""
+    corrupt file, a bad value: what attnkit's own checks raise,
+    :mod:`attnkit.cli.support.errors`) is one line on stderr and exit code 2; anything else
+    (a dependency's error included) is one line that says it is an internal error and how to
+    report it, exit code 1, with the traceback when ATTNKIT_TRACEBACK=1."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = argv[0] if argv and argv[0] in VERBS else None
     try:
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 1
     except Exception as e:  # noqa: BLE001 - the last line of defence: never a traceback
-        if is_user_error(e):  # attnkit's own checks (attnkit.cli.errors)
+        if is_user_error(e):  # attnkit's own checks (attnkit.cli.support.errors)
             print(_error(verb, e), file=sys.stderr)
             return 2
         if os.environ.get("ATTNKIT_TRACEBACK") == "1":

@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnkit.cli.common import UsageError
+from attnkit.cli.support.common import UsageError
 
 NAME = "bench"
 EXAMPLES = """\

@@ -5,9 +5,10 @@ perplexity for lm."""
 from __future__ import annotations
 
 import argparse
-import math
 
-from attnkit.cli.common import UsageError, add_device, on_device, one_line, option_names
+from attnkit import checks
+from attnkit.cli.support import options as o
+from attnkit.cli.support.common import UsageError, one_line
 
 NAME = "evaluate"
 EXAMPLES = """\
@@ -45,19 +46,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
-    add_device(p)
+    o.add(p, o.CKPT, o.DEVICE)
     p.add_argument("--data", metavar="FILE", help="evaluate on this file instead")
     p.add_argument("--split", choices=("heldout", "train"), default="heldout")
-    p.add_argument("--n", type=int, default=None, help="first N examples only")
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--length-penalty", type=float, default=0.0, help="beam length penalty")
-    p.add_argument(
-        "--stride",
-        type=int,
-        metavar="S",
-        help="lm: sliding windows every S tokens (default: the block size, no overlap)",
-    )
+    o.add(p, *OPTIONS)
+
+
+OPTIONS = (
+    o.Option("--n", "n", checks.positive_int, o.positive("first N examples only")),
+    o.BEAM,
+    o.LENGTH_PENALTY,
+    o.Option("--stride", "stride", checks.positive_int, o.positive(
+        "lm: sliding windows every S tokens (default: the block size, no overlap)", metavar="S")),
+)  # fmt: skip
+"""The options checked before the checkpoint is read (option -> library field and check)."""
 
 
 def _examples(loaded, ns):
@@ -82,7 +84,8 @@ def _examples(loaded, ns):
 
 def run(ns: argparse.Namespace) -> int:
     """Check --device, then run the verb there; 0 on success."""
-    with on_device(ns.device):
+    o.check(ns, *OPTIONS)  # before the checkpoint is read
+    with o.on_device(ns.device):
         return _run(ns)
 
 
@@ -90,16 +93,10 @@ def _run(ns: argparse.Namespace) -> int:
     """Evaluate; 0 on success."""
     from attnkit.train import metrics, session
 
-    if ns.n is not None and ns.n < 1:
-        raise UsageError(f"--n: expected a positive int, got {ns.n}")
-    if ns.beam < 1:  # checked before the checkpoint is loaded
-        raise UsageError(f"--beam: expected a positive int, got {ns.beam}")
-    if not math.isfinite(ns.length_penalty):
-        raise UsageError(f"--length-penalty: expected a finite number, got {ns.length_penalty}")
-    with option_names({"beam_size": "--beam", "length_penalty": "--length-penalty"}):
+    with o.renamed(*OPTIONS):
         loaded = session.load(ns.ckpt, best=True)
-        if loaded.kind == "lm":  # nats/token, bits/char, perplexity (attnkit.cli.evaluate_lm)
-            from attnkit.cli import evaluate_lm
+        if loaded.kind == "lm":  # nats/token, bits/char, perplexity (cli.support.evaluate_lm)
+            from attnkit.cli.support import evaluate_lm
 
             return evaluate_lm.run(loaded, ns)
         items, source = _examples(loaded, ns)

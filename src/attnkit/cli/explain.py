@@ -6,18 +6,18 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from attnkit.cli import explain_png
-from attnkit.cli.common import (
+from attnkit import checks
+from attnkit.cli.support import explain_png
+from attnkit.cli.support import options as o
+from attnkit.cli.support.common import (
     UsageError,
     console,
-    int_arg,
-    on_device,
     one_line,
     option_names,
     print_json,
     utf8_text,
 )
-from attnkit.cli.model_attentions import add_download_option
+from attnkit.cli.support.model_attentions import add_download_option
 from attnkit.explain import catalog  # torch- and numpy-free: --help stays fast
 
 NAME = "explain"
@@ -73,6 +73,31 @@ def _descriptions() -> dict[str, str]:
 TOP_K = 3
 """--top-k's default: the most-attended tokens shown per head."""
 
+WALKTHROUGH = (
+    o.Option("--d-model", "d_model", None, dict(type=o.int_arg, default=catalog.DEFAULT_D_MODEL,
+             metavar="N", help=f"embedding width (default {catalog.DEFAULT_D_MODEL}, as in the "
+             "tutorial)")),
+    o.Option("--d-k", "d_k", None, dict(type=o.int_arg, metavar="N", help="query/key width "
+             "(default: d_model, the tutorial's 512 × 512 projections)")),
+    o.Option("--d-v", "d_v", None, dict(type=o.int_arg, metavar="N",
+             help="value width (default: d_k)")),
+    o.Option("--seed", "seed", None, dict(type=o.int_arg, default=catalog.DEFAULT_SEED,
+             metavar="N", help="seed of numpy.random.default_rng for X and the W's (default "
+             f"{catalog.DEFAULT_SEED})")),
+)  # fmt: skip
+"""The walkthrough's sizes and seed (checked by ``attnkit.explain.walkthrough``, whose ranges
+they are: a width in [1, 2048])."""
+
+DEVICE = o.Option("--device", "device", None, dict(o.DEVICE.kwargs, default=None, help="with "
+                  "--model: where the model runs: cpu (default), cuda, cuda:N or mps; an error "
+                  "when this machine has no such device (the walkthrough and the tutorial "
+                  "examples compute in float64 NumPy on the CPU and take no device)"))  # fmt: skip
+"""The shared --device (:data:`attnkit.cli.support.options.DEVICE`), for --model only."""
+
+TOP_K_OPTION = o.Option("--top-k", "top_k", checks.positive_int, o.positive(
+    f"with --model: how many most-attended tokens per head (default {TOP_K})"))  # fmt: skip
+"""The most-attended tokens shown per head (``--model`` only)."""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the verb and its options."""
@@ -101,32 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         'default: the last word ("on" in the default sentence); with --model: the word whose '
         "attention to show (default: every token's most-attended tokens per layer)",
     )
-    p.add_argument(
-        "--d-model",
-        metavar="N",
-        type=int_arg("d_model"),
-        default=catalog.DEFAULT_D_MODEL,
-        help=f"embedding width (default {catalog.DEFAULT_D_MODEL}, as in the tutorial)",
-    )
-    p.add_argument(
-        "--d-k",
-        metavar="N",
-        type=int_arg("d_k"),
-        help="query/key width (default: d_model, the tutorial's 512 × 512 projections)",
-    )
-    p.add_argument(
-        "--d-v",
-        metavar="N",
-        type=int_arg("d_v"),
-        help="value width (default: d_k)",
-    )
-    p.add_argument(
-        "--seed",
-        metavar="N",
-        type=int_arg("seed"),
-        default=catalog.DEFAULT_SEED,
-        help=f"seed of numpy.random.default_rng for X and the W's (default {catalog.DEFAULT_SEED})",
-    )
+    o.add(p, *WALKTHROUGH)
     p.add_argument(
         "--example",
         choices=sorted(_descriptions()),
@@ -139,20 +139,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "a model name in the local Hugging Face cache, or 'default' for all-MiniLM-L6-v2",
     )
     add_download_option(p)
-    p.add_argument(
-        "--device",
-        metavar="DEVICE",
-        help="with --model: where the model runs: cpu (default), cuda, cuda:N or mps; an error "
-        "when this machine has no such device (the walkthrough and the tutorial examples "
-        "compute in float64 NumPy on the CPU and take no device)",
-    )
-    p.add_argument(
-        "--top-k",
-        metavar="N",
-        type=int_arg("top_k"),
-        default=None,
-        help=f"with --model: how many most-attended tokens per head (default {TOP_K})",
-    )
+    o.add(p, DEVICE)
+    o.add(p, TOP_K_OPTION)
     p.add_argument(
         "--skip-special",
         action="store_true",
@@ -164,23 +152,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --json: every value (default: wide axes cut to their first 8 entries)",
     )
-    explain_png.add_option(p)  # --png (attnkit.cli.explain_png)
+    explain_png.add_option(p)  # --png (attnkit.cli.support.explain_png)
 
 
-OPTION_NAMES = {
-    "sentence": "SENTENCE",
-    "text": "SENTENCE",
-    "word": "--word",
-    "d_model": "--d-model",
-    "d_k": "--d-k",
-    "d_v": "--d-v",
-    "seed": "--seed",
-    "example": "--example",
-    "model": "--model",
-    "path": "--model",
-    "top_k": "--top-k",
-    "device": "--device",
-}
+OPTION_NAMES = o.names(
+    *WALKTHROUGH,
+    TOP_K_OPTION,
+    DEVICE,
+    sentence="SENTENCE",
+    text="SENTENCE",
+    word="--word",
+    example="--example",
+    model="--model",
+    path="--model",
+)
 """Library argument names -> this verb's options, for error messages (the library checks)."""
 
 
@@ -286,15 +271,14 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
     """--model: what the model attends to, for --word or (without it) for every token."""
     if sentence is None:
         raise UsageError("--model: give the SENTENCE to run through the model")
-    from attnkit.checks import positive_int
-    from attnkit.cli import model_attentions as ma
+    from attnkit.cli.support import model_attentions as ma
     from attnkit.explain import model_attention as mat
     from attnkit.explain import token_attention as tat
     from attnkit.train.device import current
 
+    o.check(ns, TOP_K_OPTION)  # before any work
     top_k = TOP_K if ns.top_k is None else ns.top_k
-    positive_int("top_k", top_k)  # before any work
-    with on_device(ns.device or "cpu"):  # --device checked before the model is loaded
+    with o.on_device(ns.device or "cpu"):  # --device checked before the model is loaded
         chosen = ma.choose(ns.model, ns.download, current())
         result = ma.attentions(chosen, sentence)  # the weights: host tensors, for the report
     section = result.sections[0]  # self-attention; an encoder-decoder's encoder

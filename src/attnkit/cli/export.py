@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line
+from attnkit.cli.support import options as o
+from attnkit.cli.support.common import UsageError, one_line
 
 NAME = "export"
 EXAMPLES = """\
@@ -49,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
+    o.add(p, o.CKPT)
     p.add_argument("--to", required=True, choices=("hf",), help="format: hf (transformers)")
     p.add_argument("out", metavar="OUT", help="new directory to write")
 

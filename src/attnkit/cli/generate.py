@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import (
-    UsageError,
-    add_device,
-    on_device,
-    one_line,
-    option_names,
-    utf8_text,
-)
+from attnkit import checks
+from attnkit.cli.support import options as o
+from attnkit.cli.support.common import UsageError, one_line, utf8_text
 
 NAME = "generate"
 EXAMPLES = """\
@@ -47,25 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
-    add_device(p)
+    o.add(p, o.CKPT, o.DEVICE)
     p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to add (20)")
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=0.8,
-        help="sampling temperature; 0 = greedy (0.8, as nanoGPT's sample.py)",
-    )
-    p.add_argument(
-        "--top-k",
-        type=int,
-        default=200,
-        help="sample among the K likeliest (200, as nanoGPT's sample.py)",
-    )
-    p.add_argument("--top-p", type=float, default=None, help="sample among the likeliest "
-                   "tokens whose probabilities add up to P (nucleus sampling)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler (0)")
+    o.add(p, *OPTIONS)
     p.add_argument(
         "--view",
         metavar="FILE.html",
@@ -74,9 +53,50 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _temperature(name: str, value: float) -> float:
+    """A finite number >= 0 (0 = greedy)."""
+    if checks.finite_float(name, value, "a number >= 0 (0 = greedy)") < 0:
+        raise ValueError(f"{name}: expected a number >= 0 (0 = greedy), got {value}")
+    return value
+
+
+def _top_p(name: str, value: float) -> float:
+    """A number in (0, 1]: the probability mass sampled from."""
+    if not 0.0 < checks.finite_float(name, value, "a number in (0, 1]") <= 1.0:
+        raise ValueError(f"{name}: expected a number in (0, 1], got {value}")
+    return value
+
+
+def _seed(name: str, value: int) -> int:
+    """A seed of torch.Generator: an int in [0, 2**63 - 1]."""
+    return checks.nonnegative_int(name, value, maximum=2**63 - 1)
+
+
+OPTIONS = (
+    o.Option("--max-new-tokens", "max_new_tokens", checks.positive_int,
+             o.positive("tokens to add (20)", 20)),
+    o.Option("--temperature", "temperature", _temperature, dict(type=o.float_arg, default=0.8,
+             metavar="T", help="sampling temperature; 0 = greedy (0.8, as nanoGPT's sample.py)")),
+    o.Option("--top-k", "top_k", checks.positive_int, o.positive(
+        "sample among the K likeliest (200, as nanoGPT's sample.py)", 200, metavar="K")),
+    o.Option("--top-p", "top_p", _top_p, dict(type=o.float_arg, metavar="P", help="sample among "
+             "the likeliest tokens whose probabilities add up to P (nucleus sampling)")),
+    o.Option("--seed", "seed", _seed, dict(type=o.int_arg, default=0, metavar="N",
+             help="seed of the sampler (0)")),
+)  # fmt: skip
+"""The options checked before the checkpoint is read, even those greedy decoding (--temperature
+0) does not use (option -> library field of ``generate_ids`` and check)."""
+
+
 def run(ns: argparse.Namespace) -> int:
-    """Check --device, then run the verb there; 0 on success."""
-    with on_device(ns.device):
+    """Check the options and --device, then run the verb there; 0 on success."""
+    utf8_text("--prompt", ns.prompt)
+    o.check(ns, *OPTIONS)
+    if ns.view is not None:  # before any work, as translate --view
+        from attnkit.viz.weights import check_output_path
+
+        check_output_path("--view", ns.view, (".html", ".htm"))
+    with o.on_device(ns.device):
         return _run(ns)
 
 
@@ -88,20 +108,6 @@ def _run(ns: argparse.Namespace) -> int:
     from attnkit.train import tokenizer as tk
     from attnkit.train.lm_generate import generate_ids
 
-    names = {
-        "max_new_tokens": "--max-new-tokens",
-        "temperature": "--temperature",
-        "top_k": "--top-k",
-        "top_p": "--top-p",
-        "prompt": "--prompt",
-        "seed": "--seed",
-    }
-    with option_names(names):
-        _check_options(ns)
-    if ns.view is not None:  # before any work, as translate --view
-        from attnkit.viz.weights import check_output_path
-
-        check_output_path("--view", ns.view, (".html", ".htm"))
     loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":
         raise UsageError(
@@ -110,7 +116,7 @@ def _run(ns: argparse.Namespace) -> int:
         )
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     tok = loaded.tokenizer
-    with option_names(names):
+    with o.renamed(*OPTIONS, prompt="--prompt"):
         enc = tok.encode(ns.prompt, add_special_tokens=False)
         if not enc.ids:
             raise UsageError(f"--prompt: {one_line(ns.prompt)!r} has no tokens")
@@ -158,7 +164,7 @@ def _run(ns: argparse.Namespace) -> int:
 def _write_view(loaded, ids: list[int], block: int, path: str) -> None:
     """The model's self-attention on the last ``block`` tokens of ``ids`` (prompt and
     generated text) as one HTML file, as ``attnkit translate --view`` writes its page."""
-    from attnkit.cli.own_attentions import lm_sections
+    from attnkit.cli.support.own_attentions import lm_sections
     from attnkit.viz import html
 
     section, tokens = lm_sections(loaded, ids[-block:])
@@ -172,22 +178,6 @@ def _write_view(loaded, ids: list[int], block: int, path: str) -> None:
     )
     html.save(page, path)
     print(f"wrote {one_line(path)} (self-attention, {len(tokens)} tokens{cut})", file=sys.stderr)
-
-
-def _check_options(ns: argparse.Namespace) -> None:
-    """The prompt's encoding and the numeric options, before the checkpoint is read: a bad
-    value is refused even when greedy decoding (--temperature 0) would not use it."""
-    from attnkit import checks
-
-    utf8_text("--prompt", ns.prompt)
-    checks.positive_int("max_new_tokens", ns.max_new_tokens)
-    checks.nonnegative_int("seed", ns.seed, maximum=2**63 - 1)
-    if checks.finite_float("temperature", ns.temperature, "a number >= 0 (0 = greedy)") < 0:
-        raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {ns.temperature}")
-    if ns.top_k is not None:
-        checks.positive_int("top_k", ns.top_k)
-    if ns.top_p is not None and not 0.0 < checks.finite_float("top_p", ns.top_p) <= 1.0:
-        raise ValueError(f"top_p: expected a number in (0, 1], got {ns.top_p}")
 
 
 def _safe(text: str) -> str:

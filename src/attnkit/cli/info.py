@@ -15,7 +15,7 @@ import platform
 import sys
 from typing import Any
 
-from attnkit.cli.common import console, print_json
+from attnkit.cli.support.common import console, print_json
 from attnkit.terminal import markup
 
 NAME = "info"
@@ -102,8 +102,8 @@ def _threads() -> dict[str, Any]:
 def _kernel_cache_dir() -> str:
     """The numba disk-cache directory of attnkit's fused additive kernels: the directory
     ``runtime.load_kernels`` gives numba for them (the same public call and arguments)."""
-    from attnkit.kernels import numba_runtime as runtime
-    from attnkit.kernels.additive_fused import autograd
+    from attnkit.kernels.additive import autograd
+    from attnkit.kernels.numba import runtime
 
     return runtime.cache_dir("additive_fused", autograd.KERNEL_FILES)
 
@@ -184,7 +184,8 @@ def collect() -> dict[str, Any]:
 def _tuning() -> dict[str, Any]:
     """The dispatch constants in use, each with its value and where it came from, and the
     stored tuning's file (and why it is not used, when it is not)."""
-    from attnkit.kernels import tuning, tuning_store
+    from attnkit.kernels import tuning
+    from attnkit.kernels.tuning import store as tuning_store
 
     loaded = tuning_store.load()
     t = tuning.current()

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, one_line, option_names
+from attnkit.cli.support.common import UsageError, one_line, option_names
 
 NAME = "plot"
 EXAMPLES = """\

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnkit.cli.common import UsageError, utf8_text
+from attnkit.cli.support.common import UsageError, utf8_text
 
 NAME = "score"
 EXAMPLES = """\

@@ -9,7 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, add_device, on_device, option_names
+from attnkit.cli.support.common import UsageError, option_names
+from attnkit.cli.support.options import DEVICE, add, on_device
 
 SCHEDULES = ("noam", "cosine", "constant")  # attnkit.train.schedule.SCHEDULES (no torch import)
 
@@ -217,7 +218,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no progress bar (on a terminal) and no plain progress lines (elsewhere)",
     )
-    add_device(p)
+    add(p, DEVICE)
     p.add_argument(
         "--tensorboard",
         action="store_true",

@@ -5,18 +5,12 @@ file, optionally as an n-best list."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import (
-    UsageError,
-    add_device,
-    on_device,
-    one_line,
-    option_names,
-    utf8_text,
-)
+from attnkit import checks
+from attnkit.cli.support import options as o
+from attnkit.cli.support.common import UsageError, one_line, utf8_text
 
 NAME = "translate"
 EXAMPLES = """\
@@ -57,20 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences (- = stdin)")
-    p.add_argument("--ckpt", required=True, metavar="DIR", help="checkpoint or run directory")
-    add_device(p)
+    o.add(p, o.CKPT, o.DEVICE)
     p.add_argument("--input", metavar="FILE", help="one sentence per line (UTF-8)")
     p.add_argument("--output", metavar="FILE", help="write the outputs here (default: stdout)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (64)")
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--n-best", type=int, default=None, metavar="K", help="K best (with --beam)")
-    p.add_argument(
-        "--length-penalty",
-        type=float,
-        default=0.0,
-        help="score = log p / length ** PENALTY (beam search)",
-    )
-    p.add_argument("--max-len", type=int, default=None, help="longest output in tokens")
+    o.add(p, *OPTIONS)
     p.add_argument(
         "--strict",
         action="store_true",
@@ -85,14 +69,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+OPTIONS = (
+    o.BATCH_SIZE,
+    o.BEAM,
+    o.Option("--n-best", "n_best", checks.positive_int,
+             o.positive("K best (with --beam)", metavar="K")),
+    o.LENGTH_PENALTY,
+    o.MAX_LEN,
+)  # fmt: skip
+"""The options checked before the checkpoint is read (option -> library field and check)."""
+
+
 def _check(ns: argparse.Namespace) -> None:
     """Every option checked before the checkpoint is read."""
-    for name in ("beam", "batch_size", "max_len", "n_best"):
-        value = getattr(ns, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')}: expected a positive int, got {value}")
-    if not math.isfinite(ns.length_penalty):  # also with --beam 1, which does not use it
-        raise UsageError(f"--length-penalty: expected a finite number, got {ns.length_penalty}")
+    o.check(ns, *OPTIONS)
     if ns.n_best is not None and ns.n_best > ns.beam:
         raise UsageError(
             f"--n-best: expected at most --beam ({ns.beam}) hypotheses, got {ns.n_best}; use "
@@ -157,7 +147,7 @@ def _check_vocabulary(tok, lines: list[str], strict: bool, seen: str | None) -> 
 
 def run(ns: argparse.Namespace) -> int:
     """Check --device, then run the verb there; 0 on success."""
-    with on_device(ns.device):
+    with o.on_device(ns.device):
         return _run(ns)
 
 
@@ -177,8 +167,7 @@ def _run(ns: argparse.Namespace) -> int:
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     _check_vocabulary(loaded.tokenizer, lines, ns.strict, loaded.characters())
     todo = [s for s in lines if s]
-    names = {"length_penalty": "--length-penalty", "max_len": "--max-len", "n_best": "--n-best"}
-    with option_names(names):
+    with o.renamed(*OPTIONS):
         if ns.n_best is None:
             outs = iter(
                 metrics.translate(

@@ -2,7 +2,7 @@
 
 Runs :func:`attnkit.autotune.tune` (under a minute; ``--quick``: a few seconds, for smoke
 tests), prints each constant with its built-in value, the measured one and what was seen, and
-stores the result in the user cache directory (:mod:`attnkit.kernels.tuning_store`), where
+stores the result in the user cache directory (:mod:`attnkit.kernels.tuning.store`), where
 every later attnkit process on this CPU, torch and attnkit version picks it up.
 ``attnkit info`` shows the constants in use and where they came from.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from attnkit.cli.common import UsageError, console, print_json
+from attnkit.cli.support.common import UsageError, console, print_json
 from attnkit.terminal import markup
 
 NAME = "tune"
@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(ns: argparse.Namespace) -> int:
     """Measure (or reset), print, store; exit code 0."""
-    from attnkit.kernels import tuning_store as store
+    from attnkit.kernels.tuning import store
 
     if ns.reset:
         if ns.quick or ns.dry_run:

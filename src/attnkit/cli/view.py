@@ -7,8 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnkit.cli.common import UsageError, add_device, on_device, one_line, utf8_text
-from attnkit.cli.model_attentions import add_download_option
+from attnkit.cli.support import options as o
+from attnkit.cli.support.common import UsageError, one_line, utf8_text
+from attnkit.cli.support.model_attentions import add_download_option
 
 NAME = "view"
 EXAMPLES = """\
@@ -68,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "cache, or 'default' for all-MiniLM-L6-v2 (default)",
     )
     add_download_option(p)
-    add_device(p)
+    o.add(p, o.DEVICE)
     p.add_argument(
         "-o", "--output", type=Path, metavar="FILE.html", required=True, help="the HTML file"
     )
@@ -140,9 +141,9 @@ def run(ns: argparse.Namespace) -> int:
     for option, value in (("--layers", ns.layers), ("--heads", ns.heads)):
         if value is not None:  # the syntax, before any work (the range: below)
             index_list(option, value, _ANY)
-    from attnkit.cli import model_attentions as ma
+    from attnkit.cli.support import model_attentions as ma
 
-    with on_device(ns.device):  # --device checked before the model is loaded
+    with o.on_device(ns.device):  # --device checked before the model is loaded
         from attnkit.train.device import current
 
         chosen = ma.choose(ns.model, ns.download, current())

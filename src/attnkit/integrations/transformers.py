@@ -48,7 +48,7 @@ from attnkit.integrations.versions import (
 )
 
 if TYPE_CHECKING:  # real imports happen on first use (see __getattr__)
-    from attnkit.integrations.hf_attention import (
+    from attnkit.integrations.hf_attention_forward import (
         UnsupportedFeatureError,
         attention_forward,
         mask_function,
@@ -115,11 +115,11 @@ def register(name: str = NAME, backend: str = "auto") -> str:
     transformers = _require_transformers()
     from transformers.masking_utils import AttentionMaskInterface
 
-    from attnkit.integrations import hf_attention
+    from attnkit.integrations import hf_attention_forward
 
-    fn = hf_attention.make_attention_forward(backend)
+    fn = hf_attention_forward.make_attention_forward(backend)
     transformers.AttentionInterface.register(name, fn)
-    AttentionMaskInterface.register(name, hf_attention.mask_function)
+    AttentionMaskInterface.register(name, hf_attention_forward.mask_function)
     return name
 
 
@@ -138,9 +138,9 @@ def __getattr__(attr: str) -> Any:
     """Lazy access to the functions and errors (importing transformers on first use)."""
     if attr in ("attention_forward", "mask_function", "UnsupportedFeatureError"):
         _require_transformers()
-        from attnkit.integrations import hf_attention
+        from attnkit.integrations import hf_attention_forward
 
-        return getattr(hf_attention, attr)
+        return getattr(hf_attention_forward, attr)
     if attr in ("UnrecognisedMaskWarning", "HFMask"):
         _require_transformers()
         from attnkit.integrations import hf_masks

@@ -5,7 +5,7 @@ bottom-right with Lq <= Lk: ``torch.nn.attention.bias.causal_lower_right``, neve
 materialised mask), or a mask small enough to materialise (at most DENSE_MASK_LIMIT entries).
 Rows that a mask leaves without any key are computed with a harmless mask and then zeroed, so
 they give 0, not NaN (on the policy's device path by a device-side select, without reading
-back whether any row is empty). The NaN/inf policy of :mod:`attnkit.kernels.numerics` is
+back whether any row is empty). The NaN/inf policy of :mod:`attnkit.kernels.policy.numerics` is
 dispatch's stage: half types keep their bias in float32 (SDPA computes in float32 for them),
 overflowing calls run in float64; a call whose scores are too large for SDPA's fused backward
 is handed to ``math`` (:meth:`DenseBackend.decision_reasons`).
@@ -24,27 +24,19 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
-from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
-from attnkit.kernels.call_state import NumericsDecision
+from attnkit.kernels.call.backend import Backend, fused_backward_reasons
+from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.policy.decision import NumericsDecision
+from attnkit.masks import Mask
 
 DENSE_MASK_LIMIT = 2**26
 """Most entries of a materialised mask the dense backend accepts (64 Mi bools)."""
 
 
-def is_plain_causal(mask: object) -> bool:
-    """True for a top-left causal mask (SDPA's ``is_causal=True``)."""
-    if mask is None:
-        return False
-    v = getattr(mask, "is_plain_causal", None)
-    if isinstance(v, bool):
-        return v
-    return type(mask).__name__ == "causal" and getattr(mask, "alignment", None) == "top_left"
-
-
-def causal_alignment(mask: object) -> str | None:
+def causal_alignment(mask: Mask | None) -> str | None:
     """ "top_left" or "bottom_right" when ``mask`` is a plain causal mask (a band lo = -inf,
     hi = 0 without a bias or batch dims), else None."""
-    if mask is None or getattr(mask, "has_bias", True) or getattr(mask, "batch_shape", ()):
+    if mask is None or mask.has_bias or mask.batch_shape:
         return None
     band = mask.as_band()
     if band is None or band.lo != -math.inf or band.hi != 0:
@@ -57,9 +49,10 @@ def sdpa_causal(call: AttentionCall) -> str | None:
     (``is_causal=True``), ``"bottom_right"`` (``causal_lower_right``, Lq <= Lk: cached decoding,
     chunked prefill), else None. The one test of it, for dense and for the backends that step
     aside for it."""
-    if is_plain_causal(call.mask):
+    mask = call.mask
+    if mask is not None and mask.is_plain_causal:  # SDPA's is_causal=True
         return "top_left"
-    if call.q_len <= call.kv_len and causal_alignment(call.mask) == "bottom_right":
+    if call.q_len <= call.kv_len and causal_alignment(mask) == "bottom_right":
         return "bottom_right"
     return None
 

@@ -1,14 +1,14 @@
-"""Dispatch: which backend runs a validated :class:`~attnkit.kernels.base.AttentionCall`.
+"""Dispatch: which backend runs a validated :class:`~attnkit.kernels.call.base.AttentionCall`.
 
 Selection only (the model is xformers' ``ops/fmha/dispatch.py``): walk the preference order of
 the call's score kind and take the first backend whose ``not_supported_reasons`` (and, for
 ``backend="auto"``, ``speed_reasons``) are empty. What a backend can do is read from its
-:class:`~attnkit.kernels.base.Backend` class every time a call is first seen, never restated
+:class:`~attnkit.kernels.call.backend.Backend` class every time a call is first seen, never restated
 here. Reasons are formatted in one place, :meth:`Dispatch.__str__`, which is also the text of
 every "cannot serve" error.
 
 Running: :func:`run` is the one caller of ``Backend.run``. It runs the numerics policy once per
-call as one stage (:func:`attnkit.kernels.numerics.prepare` / ``finish``, the additive policy
+call as one stage (:func:`attnkit.kernels.policy.numerics.prepare` / ``finish``, the additive policy
 for additive calls), hands the backend the typed decision, and alone does fallbacks: a backend
 that refuses the decision (``Backend.decision_reasons``) or hands the call back (a failed
 in-kernel check) passes it to its ``fallback``; :func:`fallbacks` says so in words, which
@@ -30,13 +30,12 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from attnkit.kernels import numerics
-from attnkit.kernels.additive_fused import policy as additive_policy
-from attnkit.kernels.base import AttentionCall, Backend, ungrouped
-from attnkit.kernels.call_state import NumericsDecision
-from attnkit.kernels.mask_bias import mask_tensors
-from attnkit.kernels.registry import BACKENDS
-from attnkit.kernels.scan import ScanPlan
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall, ungrouped
+from attnkit.kernels.call.layout import ScanPlan
+from attnkit.kernels.policy import additive as additive_policy
+from attnkit.kernels.policy import numerics
+from attnkit.kernels.policy.decision import NumericsDecision
 from attnkit.kernels.tuning import on_change
 from attnkit.masks import Mask
 from attnkit.tensor_version import version
@@ -68,9 +67,23 @@ WEIGHTS_LIMIT = 2**26
 """Most attention-weight entries (B*H*Lq*Lk) returned by ``return_weights=True`` (256 MiB fp32)."""
 
 
+_REGISTRY: list[dict[str, Backend]] = []
+
+
+def backends() -> dict[str, Backend]:
+    """The registry (:data:`attnkit.kernels.registry.BACKENDS`), imported at its first use:
+    importing dispatch (and the functional API) loads no backend."""
+    if not _REGISTRY:
+        from attnkit.kernels.registry import BACKENDS
+
+        _REGISTRY.append(BACKENDS)
+    return _REGISTRY[0]
+
+
 def preference(kind: str) -> tuple[str, ...]:
     """Registered backend names in the order ``backend="auto"`` tries them for score ``kind``."""
-    return tuple(n for n in PREFERENCE[kind] if n in BACKENDS)
+    registered = backends()
+    return tuple(n for n in PREFERENCE[kind] if n in registered)
 
 
 @dataclass(frozen=True)
@@ -111,8 +124,10 @@ def check_backend_name(backend: object) -> str:
     """``backend`` if it is "auto" or a registered backend name (TypeError / ValueError)."""
     if not isinstance(backend, str):
         raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
-    if backend != "auto" and backend not in BACKENDS:
-        raise ValueError(f"backend: expected 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
+    if backend != "auto" and backend not in (registered := backends()):
+        raise ValueError(
+            f"backend: expected 'auto' or one of {sorted(registered)}, got {backend!r}"
+        )
     return backend
 
 
@@ -137,12 +152,12 @@ def explain(call: AttentionCall, backend: str = "auto") -> Dispatch:
     backend = check_backend_name(backend)
     if backend != "auto":
         # a forced backend must be able to serve the call; being slower is the user's choice
-        reasons = {backend: _reasons(BACKENDS[backend], call, auto=False)}
+        reasons = {backend: _reasons(backends()[backend], call, auto=False)}
         return Dispatch(None if reasons[backend] else backend, reasons, backend)
-    names = preference(call.kind)
-    reasons = {n: _reasons(BACKENDS[n], call, auto=True) for n in names}
+    names, registered = preference(call.kind), backends()
+    reasons = {n: _reasons(registered[n], call, auto=True) for n in names}
     chosen = next((n for n in names if not reasons[n]), None)
-    notes = () if chosen is None else tuple(BACKENDS[chosen].choice_notes(call))
+    notes = () if chosen is None else tuple(registered[chosen].choice_notes(call))
     return Dispatch(chosen, reasons, backend, notes)
 
 
@@ -150,12 +165,13 @@ def select(call: AttentionCall, backend: str = "auto") -> Backend:
     """The backend that runs ``call``: the first in preference order that can serve it (for
     "auto"), or the forced one; ValueError with every reason when there is none."""
     if backend == "auto":
+        registered = backends()
         for n in preference(call.kind):
-            b = BACKENDS[n]
+            b = registered[n]
             if not _reasons(b, call, auto=True):
                 return b
     else:
-        b = BACKENDS[check_backend_name(backend)]
+        b = backends()[check_backend_name(backend)]
         if not b.not_supported_reasons(call):
             return b
     raise explain(call, backend).error()
@@ -169,25 +185,28 @@ def _accepting(
 ) -> tuple[Backend, AttentionCall]:
     """The first of ``b`` and its fallbacks that runs ``call`` under ``d``, with the call it runs
     (k and v repeated to q's heads for a backend without ``supports_gqa``)."""
-    for _ in range(len(BACKENDS) + 1):
-        if not b.decision_reasons(call, d):  # the common case: at once, the call itself
-            return b, (call if b.supports_gqa else ungrouped(call))
+    if not b.decision_reasons(call, d):  # the common case: at once, the call itself
+        return b, (call if b.supports_gqa else ungrouped(call))
+    registered = backends()
+    for _ in range(len(registered)):
         if b.fallback is None:
             break
-        b = BACKENDS[b.fallback]
+        b = registered[b.fallback]
+        if not b.decision_reasons(call, d):
+            return b, (call if b.supports_gqa else ungrouped(call))
     raise RuntimeError(f"backend: no fallback accepts the policy's decision {d}")
 
 
 def run(call: AttentionCall, backend: Backend) -> tuple[Tensor, Tensor | None]:
     """(output, weights or None) of ``call`` on ``backend`` (chosen by :func:`select`), under
-    the numerics policy run once as a stage (``kernels/base.py`` describes the four steps)."""
+    the numerics policy run once as a stage (``kernels/call/base.py`` describes the four steps)."""
     policy = numerics if call.kind == "dot" else additive_policy
     work, d = policy.prepare(call, backend.kernel_checks)
     b, work = _accepting(backend, work, d)
     res = b.run(work, d)
     if res is None:  # the kernel's own check failed: redo the call under the scanned policy
         work, d = policy.prepare(call)
-        b, work = _accepting(BACKENDS[b.fallback or "math"], work, d)
+        b, work = _accepting(backends()[b.fallback or "math"], work, d)
         res = b.run(work, d)
         if res is None:
             raise RuntimeError(f"backend: {b.name} handed back a call of a scanned decision")
@@ -198,14 +217,15 @@ def fallbacks(call: AttentionCall, chosen: str, d: NumericsDecision) -> tuple[st
     """In words: where backend ``chosen`` hands ``call`` under decision ``d``
     (``decision_reasons`` along the fallback chain) or may hand it at run time
     (``fallback_notes``)."""
-    out, b = [], BACKENDS[chosen]
+    registered = backends()
+    out, b = [], registered[chosen]
     out += [f"{b.name}: {n}" for n in b.fallback_notes(call)]
-    for _ in range(len(BACKENDS)):
+    for _ in range(len(registered)):
         why = b.decision_reasons(call, d)
         if not why or b.fallback is None:
             break
         out.append(f"{b.name} hands the call to {b.fallback}: " + "; ".join(why))
-        b = BACKENDS[b.fallback]
+        b = registered[b.fallback]
     return tuple(out)
 
 
@@ -233,7 +253,7 @@ def mask_key(mask: object, grad: bool) -> tuple | None:
     except TypeError:
         return None
     if grad and isinstance(mask, Mask):
-        return ("object", id(mask), type(mask), *(t.requires_grad for t in mask_tensors(mask)))
+        return ("object", id(mask), type(mask), *(t.requires_grad for t in mask.bias_tensors()))
     return ("object", id(mask), type(mask))
 
 
@@ -247,7 +267,7 @@ class Choice:
     options: tuple
     mask_ref: weakref.ref | None
     scan_plan: ScanPlan | None = None
-    """:func:`attnkit.kernels.scan.plan3` of the signature's q, k and v (None: none)."""
+    """:func:`attnkit.kernels.policy.scan.plan3` of the signature's q, k and v (None: none)."""
 
 
 class ChoiceCache:
@@ -256,6 +276,7 @@ class ChoiceCache:
     def __init__(self, size: int = 512) -> None:
         self.size = size
         self._entries: dict[tuple, Choice] = {}
+        self._backends: dict[str, Backend] = {}  # the registry, from the first put
 
     def get(self, key: tuple, mask: object) -> Choice | None:
         c = self._entries.get(key)
@@ -263,7 +284,7 @@ class ChoiceCache:
             return None
         if c.mask_ref is not None and c.mask_ref() is not mask:
             return None  # the id now belongs to another object
-        if BACKENDS.get(c.backend.name) is not c.backend:
+        if self._backends.get(c.backend.name) is not c.backend:
             return None  # the registry changed
         return c
 
@@ -275,6 +296,7 @@ class ChoiceCache:
         mask: object,
         scan_plan: ScanPlan | None = None,
     ) -> None:
+        self._backends = backends()
         ref = None if mask is None else weakref.ref(mask)
         self._entries[key] = Choice(backend, options, ref, scan_plan)
         while len(self._entries) > self.size:

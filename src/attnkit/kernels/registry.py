@@ -7,14 +7,14 @@ names up in this one dict.
 
 from __future__ import annotations
 
-from attnkit.kernels.additive_fused import AdditiveFusedBackend
-from attnkit.kernels.additive_fused.chunked import AdditiveChunkedBackend
-from attnkit.kernels.base import Backend
+from attnkit.kernels.additive import AdditiveFusedBackend
+from attnkit.kernels.additive.chunked import AdditiveChunkedBackend
 from attnkit.kernels.blocksparse import BlocksparseBackend
+from attnkit.kernels.call.backend import Backend
 from attnkit.kernels.decode import DecodeBackend
 from attnkit.kernels.dense import DenseBackend
 from attnkit.kernels.flex import FlexBackend
-from attnkit.kernels.torch_math import MathBackend
+from attnkit.kernels.math import MathBackend
 
 __all__ = ["BACKENDS"]
 

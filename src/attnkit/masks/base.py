@@ -111,6 +111,17 @@ class Mask:
             t for leaf in self.leaves() for t in vars(leaf).values() if isinstance(t, Tensor)
         )
 
+    def bias_tensors(self) -> tuple[Tensor, ...]:
+        """The floating tensors (additive biases) its biased leaves hold, leaf by leaf: what a
+        bias gradient flows into, and what the overflow policy reads of a bias."""
+        return tuple(
+            t
+            for leaf in self.leaves()
+            if leaf.has_bias
+            for t in leaf.tensors()
+            if t.is_floating_point()
+        )
+
     def data_version(self) -> tuple[int | None, ...]:
         """The in-place version counters of the tensors the leaves of this mask hold: a change
         (``t[...] = x`` on a tensor given to :func:`from_tensor`, ``key_padding``, ...) means the
@@ -148,10 +159,6 @@ class Mask:
         if cache is None:
             cache = self.__dict__["_plan_lru"] = LRUCache("kernel plans", PLAN_CACHE_SIZE)
         return cache
-
-    def _cache(self) -> LRUCache:
-        """Deprecated name of :attr:`plan_cache` (the kernels' plan cache)."""
-        return self.plan_cache
 
     # --- helpers ------------------------------------------------------------------------------
     def _batch_numel(self) -> int:

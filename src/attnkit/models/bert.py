@@ -32,9 +32,8 @@ from torch import Tensor, nn
 
 from attnkit import checks
 from attnkit.masks import from_key_padding_mask
-from attnkit.models import bert_inputs
+from attnkit.models import bert_config, bert_inputs
 from attnkit.models import hf_loading as hf
-from attnkit.models.bert_config import MAX_SIZE as MAX_SIZE  # its old import path
 from attnkit.models.bert_config import BertConfig
 from attnkit.models.bert_inputs import BertInputs
 from attnkit.models.hf_loading import SentencePooling
@@ -44,6 +43,17 @@ from attnkit.nn.projection import pack_legacy, unpack
 from attnkit.tensor_checks import float_dtype
 
 __all__ = ["BertConfig", "BertInputs", "BertModel", "BertOutput", "SentencePooling"]
+
+
+def __getattr__(name: str):
+    """``MAX_SIZE``'s old path, deprecated (:mod:`attnkit.deprecation`): it is
+    :data:`attnkit.models.bert_config.MAX_SIZE`."""
+    if name == "MAX_SIZE":
+        from attnkit.deprecation import warn
+
+        warn(f"{__name__}.MAX_SIZE")
+        return bert_config.MAX_SIZE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

@@ -32,8 +32,8 @@ from torch import Tensor, nn
 
 from attnkit import checks
 from attnkit import tensor_checks as tc
-from attnkit.kernels import kv_bounds, numerics
-from attnkit.kernels.kv_bounds import RowBounds
+from attnkit.kernels.policy import kv_bounds, numerics
+from attnkit.kernels.policy.kv_bounds import RowBounds
 from attnkit.masks import Mask
 
 __all__ = ["GROWTH", "DecoderCache", "DecoderLayerCache", "KVCache", "check_index"]
@@ -199,7 +199,7 @@ class KVCache:
         buffer with room to spare (:data:`GROWTH`) and returns views of it, unless gradients
         flow through the cache (then it concatenates). It keeps max|k| and the finiteness of k
         and v per batch row, from the new rows only, for the overflow policy
-        (:mod:`attnkit.kernels.kv_bounds`). TypeError / ValueError naming ``k``, ``v`` or
+        (:mod:`attnkit.kernels.policy.kv_bounds`). TypeError / ValueError naming ``k``, ``v`` or
         ``q_len`` for bad input, before the cache changes."""
         q_len = checks.nonnegative_int("q_len", q_len)
         if self.static and self.k is not None:

@@ -15,9 +15,10 @@ import torch
 
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels import BACKENDS, dispatch, numerics
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels import BACKENDS, dispatch
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.flex import FlexBackend
+from attnkit.kernels.policy import numerics
 from tests.support.masks import ref_mask
 from tests.support.masks import sliding_window as spec_window
 from tests.support.numerics import split_mask
@@ -40,7 +41,9 @@ def _qkv(shape=(2, 2, 33, 16), dtype=torch.float32, grad=False, device="cpu", kv
 
 def _call(q, k, v, mask, **kw):
     p, rw = kw.pop("dropout_p", 0.0), kw.pop("rw", False)
-    return AttentionCall.dot(q, k, v, mask, 0.25, p, rw, **kw)
+    return AttentionCall(
+        "dot", q, k, v, mask=mask, scale=0.25, dropout_p=p, return_weights=rw, **kw
+    )
 
 
 def test_registered_after_decode_in_the_preference_order():
@@ -191,7 +194,7 @@ def test_a_float64_decision_goes_to_math_with_its_reason():
     """The policy's stage decides float64 (scores that would overflow float32) or an explicit
     softmax's backward: flex cannot compute either, so dispatch hands the call to math and says
     why; the result is math's, checked against float64."""
-    from attnkit.kernels.call_state import NumericsDecision
+    from attnkit.kernels.policy.decision import NumericsDecision
 
     q, k, v = _qkv(kv_len=41)
     call = _call(q, k, v, M.causal("bottom_right"))

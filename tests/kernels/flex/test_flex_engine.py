@@ -25,10 +25,11 @@ from hypothesis import strategies as st
 
 from attnkit import functional as F
 from attnkit import masks as M
-from attnkit.kernels import dispatch, numerics
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels import dispatch
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.flex import FlexBackend
 from attnkit.kernels.flex.mods import supported_mask
+from attnkit.kernels.policy import numerics
 from tests.support import layouts
 from tests.support.host_sync import NoHostSync
 from tests.support.masks import KINDS, make_case, ref_mask
@@ -129,7 +130,18 @@ def _backward(c):
         return
     x64, s64, o64, scale = _reference(c, spec, views, sinks)
     q, k, v = views
-    call = AttentionCall.dot(q, k, v, call_mask, scale, 0.0, False, c["cap"], sinks)
+    call = AttentionCall(
+        "dot",
+        q,
+        k,
+        v,
+        mask=call_mask,
+        scale=scale,
+        dropout_p=0.0,
+        return_weights=False,
+        softcap=c["cap"],
+        sinks=sinks,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out, _ = dispatch.run(call, FlexBackend(compiled=False))
@@ -154,7 +166,18 @@ def test_fully_masked_rows_give_zero_with_and_without_sinks(cpu_backward):
     v = torch.randn(2, 2, 4, 8, generator=g, requires_grad=True)
     mask = M.causal("bottom_right") & M.key_padding([4, 0])
     for sinks in (None, torch.tensor([0.5, -1.0], requires_grad=True)):
-        call = AttentionCall.dot(q, k, v, mask, 0.3, 0.0, False, None, sinks)
+        call = AttentionCall(
+            "dot",
+            q,
+            k,
+            v,
+            mask=mask,
+            scale=0.3,
+            dropout_p=0.0,
+            return_weights=False,
+            softcap=None,
+            sinks=sinks,
+        )
         out, _ = dispatch.run(call, FlexBackend(compiled=False))
         assert torch.equal(out[1], torch.zeros_like(out[1]))
         assert torch.equal(out[0, :, :5], torch.zeros_like(out[0, :, :5]))
@@ -171,7 +194,18 @@ def test_plan_and_forward_read_nothing_back_to_the_host():
     ids = torch.sort(torch.randint(0, 5, (2, 300), generator=g), -1).values
     mask = M.document(ids) & M.causal()
     q = torch.randn(2, 2, 300, 16, generator=g)
-    call = AttentionCall.dot(q, q, q, mask, 0.25, 0.0, False, 30.0, torch.zeros(2))
+    call = AttentionCall(
+        "dot",
+        q,
+        q,
+        q,
+        mask=mask,
+        scale=0.25,
+        dropout_p=0.0,
+        return_weights=False,
+        softcap=30.0,
+        sinks=torch.zeros(2),
+    )
     # Flex's eager path runs under dynamo; after calls with many scales in this process
     # dynamo passes the scale as a CPU scalar tensor read with .item() (host data, no GPU
     # wait, but the spy cannot tell): start from fresh compile caches

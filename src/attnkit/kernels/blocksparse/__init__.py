@@ -30,8 +30,8 @@ blocks (:mod:`~attnkit.kernels.blocksparse.sinks`).
 
 Rows with no allowed key give output 0 (and gradient 0), never NaN; every input layout is read
 correctly (the fused ops get unit-stride rows); a float mask that requires grad (a learned
-bias) gets its gradient; the NaN/inf/overflow policy is :mod:`attnkit.kernels.numerics`, run by
-dispatch once per call, whose decision the backend receives. A call whose scores are too large
+bias) gets its gradient; the NaN/inf/overflow policy is :mod:`attnkit.kernels.policy.numerics`, run
+by dispatch once per call, whose decision the backend receives. A call whose scores are too large
 for any fused backward to be exact (|s| * eps(float64) >= 2**-10, the decision's
 ``fused_backward_ok``) is handed by dispatch to the ``math`` backend instead
 (:meth:`BlocksparseBackend.decision_reasons`): exact gradients at O(Lq * Lk) memory, for inputs
@@ -48,7 +48,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons, ungrouped
 from attnkit.kernels.blocksparse import softcap
 from attnkit.kernels.blocksparse.dropout import DropoutFn, Setup
 from attnkit.kernels.blocksparse.emptiness import empty_blocks
@@ -57,9 +56,11 @@ from attnkit.kernels.blocksparse.keep import draw_seed
 from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_tile
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
-from attnkit.kernels.call_state import NumericsDecision
-from attnkit.kernels.mask_bias import mask_tensors
-from attnkit.kernels.numerics import compute_dtype
+from attnkit.kernels.call.backend import Backend, fused_backward_reasons
+from attnkit.kernels.call.base import AttentionCall, ungrouped
+from attnkit.kernels.policy.decision import NumericsDecision
+from attnkit.kernels.policy.mask_bias import bias_tensors
+from attnkit.kernels.policy.numerics import compute_dtype
 from attnkit.kernels.tuning import DEFAULT, Tuning, current
 
 __all__ = [
@@ -160,7 +161,7 @@ def _attend(call: AttentionCall, compute: torch.dtype, block_q: int, block_kv: i
     else:
         out = BlocksparseFn.apply(q, k, v, plan, call.scale, sinks, *plan.grad_masks())
     if not plan.grad_masks() and call.needs_grad:  # every biased entry masked or skipped:
-        learned = [t for t in mask_tensors(call.mask) if t.requires_grad]
+        learned = [t for t in bias_tensors(call.mask) if t.requires_grad]
         if learned:  # the bias's gradient is exactly 0, and autograd must still reach it
             out = ZeroGradLink.apply(out, *learned)
     out = out.reshape(call.k.shape[:-2] + (call.q_len * g, out.shape[-1]))

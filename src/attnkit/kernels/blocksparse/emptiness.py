@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnkit.kernels.base import AttentionCall
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.masks import EMPTY
 
 __all__ = ["EmptyBlocks", "empty_blocks"]

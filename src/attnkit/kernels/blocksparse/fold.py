@@ -10,8 +10,9 @@ flag is repeated G times along its rows. One fused call then covers the G heads 
 block against one key range, k and v are read with their Hkv heads (never repeated), and the
 fused backward sums the G heads' contributions to dk and dv itself.
 
-Calls the fold cannot serve go back to the repeated path (:func:`attnkit.kernels.base.ungrouped`):
-a mask that varies over the head dim (each head needs its own tile masks).
+Calls the fold cannot serve go back to the repeated path
+(:func:`attnkit.kernels.call.base.ungrouped`): a mask that varies over the head dim (each head needs
+its own tile masks).
 
 Shape legend: ``H`` query heads, ``Hkv`` key/value heads, ``G`` = H / Hkv, ``d`` width.
 """
@@ -22,9 +23,9 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.plans import BandPlan, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import Call
+from attnkit.kernels.call.base import AttentionCall
 
 
 def lead_dims(call: AttentionCall) -> int:

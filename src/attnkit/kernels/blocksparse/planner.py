@@ -13,7 +13,7 @@
            (key padding, batched documents...) either share one range per query block or get
            one call per batch element, whichever is estimated cheaper.
 
-Tile masks are built in the call's compute dtype (:func:`attnkit.kernels.numerics.numerics`),
+Tile masks are built in the call's compute dtype (:func:`attnkit.kernels.policy.numerics.numerics`),
 biases saturated to it. A bias that requires grad stays linked to its mask tensor through the
 tiles (and such plans are never cached on the mask object).
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.fold import fold_plan
 from attnkit.kernels.blocksparse.plans import BandPlan, CallsPlan, Plan
 from attnkit.kernels.blocksparse.tiles import Call
-from attnkit.kernels.call_state import MemoKey
+from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.call.memo import MemoKey
 from attnkit.kernels.dense import open_empty_rows
 from attnkit.kernels.tuning import DEFAULT, current
 from attnkit.masks import EMPTY, FULL, Intersection, Mask, document

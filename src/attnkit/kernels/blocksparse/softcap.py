@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnkit.kernels import numba_runtime as runtime
-from attnkit.kernels.base import AttentionCall
 from attnkit.kernels.blocksparse.fold import fold_q, group_size, lead_dims, unfold_out
 from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
+from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.numba import runtime
 
 CHUNK_ENTRIES = 2**23
 """Most score entries (over the batch-heads) of one tile. Measured (Gemma 2 shape, H 4 / Hkv 2,
@@ -45,7 +45,7 @@ d 64, L 8,192, causal, inference, 2 threads, load 13, medians of 3): 2**19 22.2 
 tiles win."""
 
 KERNEL_FILES = tuple(
-    Path(__file__).resolve().parent.parent / f for f in ("nbmath.py", "nb_memory.py")
+    Path(__file__).resolve().parent.parent / "numba" / f for f in ("nbmath.py", "memory.py")
 ) + (Path(__file__).resolve().parent / "softcap_kernels.py",)
 
 

@@ -1,6 +1,6 @@
 """The numba kernels of the fused softcap path (plain ``@njit``; all arithmetic float32).
 
-Loaded through :func:`attnkit.kernels.numba_runtime.load_kernels` (see
+Loaded through :func:`attnkit.kernels.numba.runtime.load_kernels` (see
 :mod:`~attnkit.kernels.blocksparse.softcap`). The matrix products stay with torch (BLAS); these
 kernels fuse everything between them into one pass over each row of a tile of scores:
 
@@ -19,7 +19,7 @@ Shape legend: ``B`` batch-heads, ``n`` rows of a tile, ``m`` its keys.
 import numpy as np
 from numba import njit
 
-from attnkit.kernels.nbmath import exp_nonpos_f32, tanh_f32
+from attnkit.kernels.numba.nbmath import exp_nonpos_f32, tanh_f32
 
 KERNEL = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
 """Options of the entry points."""

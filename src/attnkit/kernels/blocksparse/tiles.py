@@ -17,12 +17,14 @@ Shape legend: ``P`` mask batch elements, ``R`` other batch dims, ``L`` lengths, 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
+from attnkit.kernels.blocksparse.streams import run_streams, streams_for
 
 FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -76,26 +78,51 @@ class Call:
         return t[e, :, a:b]
 
 
+def _forward_one(c: Call, q, k, v, scale: float, out: Tensor, sinks):
+    """One call of :func:`calls_forward`: writes its rows of ``out``; (output, lse) or None."""
+    assert c.band is None, "a band tile is for explicit tiles only"
+    dst = c.sel(out, c.q0, c.q1)
+    if c.hi <= c.lo:
+        dst.zero_()
+        return None
+    qs, ks, vs = c.sel(q, c.q0, c.q1), c.sel(k, c.lo, c.hi), c.sel(v, c.lo, c.hi)
+    o, lse = sdpa_fwd(qs, ks, vs, c.mask, scale, c.is_causal)
+    if sinks is not None:
+        o, lse = sink_forward(o, lse, c.sel(sinks, c.q0, c.q1)[..., 0])
+    dst.copy_(o if c.row_ok is None else o * c.row_ok)
+    return o, lse
+
+
+def disjoint_rows(calls) -> bool:
+    """True when no two calls write the same output rows (a call of every element overlaps
+    any other call's rows where their query rows meet)."""
+    spans: dict[int | None, list[tuple[int, int]]] = {}
+    for c in calls:
+        spans.setdefault(c.p, []).append((c.q0, c.q1))
+    every = spans.pop(None, [])
+    for own in spans.values():
+        rows = sorted(own + every)
+        if any(b[0] < a[1] for a, b in zip(rows, rows[1:])):
+            return False
+    rows = sorted(every)
+    return not any(b[0] < a[1] for a, b in zip(rows, rows[1:]))
+
+
 def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Tensor, sinks=None):
     """Run ``calls`` on q (P, R, Lq, d), k, v (P, R, Lk, d), writing into ``out``
     (P, R, Lq, d); returns per call (output, logsumexp) or None for calls without keys.
     ``sinks`` (P, R, Lq, 1) or None: each row's sink logit joins its denominator (the saved
-    output and logsumexp are the ones with the sink, :func:`~.sinks.sink_forward`)."""
-    saved = []
-    for c in calls:
-        assert c.band is None, "a band tile is for explicit tiles only"
-        dst = c.sel(out, c.q0, c.q1)
-        if c.hi <= c.lo:
-            dst.zero_()
-            saved.append(None)
-            continue
-        qs, ks, vs = c.sel(q, c.q0, c.q1), c.sel(k, c.lo, c.hi), c.sel(v, c.lo, c.hi)
-        o, lse = sdpa_fwd(qs, ks, vs, c.mask, scale, c.is_causal)
-        if sinks is not None:
-            o, lse = sink_forward(o, lse, c.sel(sinks, c.q0, c.q1)[..., 0])
-        dst.copy_(o if c.row_ok is None else o * c.row_ok)
-        saved.append((o, lse))
-    return saved
+    output and logsumexp are the ones with the sink, :func:`~.sinks.sink_forward`).
+
+    Calls that write disjoint rows run in streams (:mod:`.streams`: shared out between torch's
+    threads, each call on one thread) when there are enough of them."""
+    n = streams_for(len(calls))
+    if n > 1 and not disjoint_rows(calls):
+        n = 1
+    elems = q.shape[0]
+    costs = [(c.q1 - c.q0) * max(c.hi - c.lo, 0) * (elems if c.p is None else 1) for c in calls]
+    jobs = [functools.partial(_forward_one, c, q, k, v, scale, out, sinks) for c in calls]
+    return run_streams(jobs, costs, n)
 
 
 def _mask_grad(c: Call, g: Tensor, qs, ks, vs, o, lse, scale: float) -> Tensor:

@@ -28,7 +28,8 @@ against 87-98 us on torch ops at Lk = 2048, and 114 against 138 us on one thread
 The overflow policy is checked inside the step (:mod:`.kernel`; ``kernel_checks``: dispatch
 hands the backend a decision without the input scan); a step whose scores or output break it
 returns None and dispatch redoes it on ``dense`` (``fallback``) under the full policy (float64
-when P5 asks, P6 for NaN and inf), so the result always follows :mod:`attnkit.kernels.numerics`.
+when P5 asks, P6 for NaN and inf), so the result always follows
+:mod:`attnkit.kernels.policy.numerics`.
 
 On a GPU, decode steps run on ``dense``: SDPA with ``enable_gqa`` (no K/V repeat) and the
 policy's device path (no host sync).
@@ -43,10 +44,11 @@ import torch
 from torch import Tensor
 
 from attnkit.cpu import native_bf16
-from attnkit.kernels.base import AttentionCall, Backend
-from attnkit.kernels.call_state import NumericsDecision
+from attnkit.kernels.call.backend import Backend
+from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.decode.kernel import attend
 from attnkit.kernels.decode.split_k import numba_missing
+from attnkit.kernels.policy.decision import NumericsDecision
 from attnkit.kernels.tuning import current
 
 __all__ = [

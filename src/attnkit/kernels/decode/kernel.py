@@ -17,8 +17,8 @@ instead run on the numba split-K kernel (:mod:`.split_k`: flash-decoding's parti
 over key splits on every thread, then one combine); bfloat16 always does (a bf16 step whose mask
 needs a tile returns None: the caller redoes it exactly), float32 from the tuned crossover.
 
-The overflow policy (:mod:`attnkit.kernels.numerics`, P5/P6) is checked on what the step reads,
-inside the same pass, not by a separate scan of the cache: the scores are accepted only when
+The overflow policy (:mod:`attnkit.kernels.policy.numerics`, P5/P6) is checked on what the step
+reads, inside the same pass, not by a separate scan of the cache: the scores are accepted only when
 every one of them is finite and below ``finfo(float32).max / OVERFLOW_MARGIN`` (the bound P5
 protects), and the output only when it is finite (a NaN or inf in V reaches it). Otherwise
 :func:`attend` returns None and the caller redoes the call the exact way. A step whose scores
@@ -39,7 +39,7 @@ from torch import Tensor
 
 from attnkit.kernels.decode.keys import KeyRange, allowed_tile, key_range
 from attnkit.kernels.decode.split_k import attend_split_k
-from attnkit.kernels.numerics import OVERFLOW_MARGIN
+from attnkit.kernels.policy.numerics import OVERFLOW_MARGIN
 from attnkit.masks import Mask
 
 __all__ = ["SCORE_LIMIT", "attend"]

@@ -19,14 +19,14 @@ K and V are passed by address with their strides in elements (the last dim conti
 slice of a cache buffer is read in place; float32 or bfloat16 (16-bit words widened to float32
 by a 16-bit shift of their bits, exactly). q is float32, contiguous.
 
-The policy (:mod:`attnkit.kernels.numerics`, P5/P6) is checked as the scores are made: a unit
+The policy (:mod:`attnkit.kernels.policy.numerics`, P5/P6) is checked as the scores are made: a unit
 counts the scores strictly inside ``(-limit, limit)`` (NaN is never inside) and flags itself
 when any is not; :func:`combine` flags a non-finite output (a NaN or inf in V reaches it). The
 caller redoes a flagged step the exact way. fastmath here leaves out "nnan"/"ninf", so those
 checks are compiled as written.
 
 This module imports numba; attnkit loads it only through
-:func:`attnkit.kernels.numba_runtime.load_kernels` (on-disk cache of compiled code).
+:func:`attnkit.kernels.numba.runtime.load_kernels` (on-disk cache of compiled code).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 from numba.extending import overload
 
-from attnkit.kernels.nb_memory import (
+from attnkit.kernels.numba.memory import (
     atomic_add_i64,
     bits_to_f32,
     bits_to_f64,
@@ -45,7 +45,7 @@ from attnkit.kernels.nb_memory import (
     pointer_u16,
     prefetch,
 )
-from attnkit.kernels.nbmath import exp_nonpos_f32
+from attnkit.kernels.numba.nbmath import exp_nonpos_f32
 
 __all__ = ["ARGS", "HEAD", "combine", "run_units"]
 

@@ -6,7 +6,7 @@ range every row allows): the (batch, key/value head) pairs are the row blocks, e
 grouped query heads folded into rows; the keys of a block are split so that every thread has
 work (``splits`` per block, at least :data:`MIN_SPLIT` keys each); one launch computes the
 partial softmaxes of all (block, split) units on ``torch.get_num_threads()`` threads (torch's
-own OpenMP threads through :mod:`attnkit.kernels.openmp`, each claiming units from a shared
+own OpenMP threads through :mod:`attnkit.kernels.numba.openmp`, each claiming units from a shared
 counter; a Python thread pool where torch has no OpenMP), and one call combines them.
 
 K and V may be float32 or bfloat16 (read as bfloat16, widened to float32 exactly, accumulated
@@ -28,8 +28,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from attnkit.kernels import numba_runtime as runtime
-from attnkit.kernels import openmp
+from attnkit.kernels.numba import openmp, runtime
 
 __all__ = ["MIN_SPLIT", "ONE_THREAD_BYTES", "attend_split_k", "numba_missing"]
 
@@ -42,8 +41,8 @@ thread costs more than reading this much."""
 
 KERNEL_FILES = [
     Path(__file__).with_name("nb_kernels.py"),
-    Path(__file__).resolve().parent.parent / "nbmath.py",
-    Path(__file__).resolve().parent.parent / "nb_memory.py",
+    Path(__file__).resolve().parent.parent / "numba" / "nbmath.py",
+    Path(__file__).resolve().parent.parent / "numba" / "memory.py",
 ]
 
 

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.kernels import numba_runtime as runtime
 from attnkit.kernels.blocksparse.keep import draw_seed
+from attnkit.kernels.numba import runtime
 
 __all__ = ["CHUNK", "MIN_ELEMENTS", "DropoutFunction", "dropout", "served", "threshold"]
 

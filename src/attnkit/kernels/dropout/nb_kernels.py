@@ -13,10 +13,10 @@ least the threshold ``t`` (:func:`attnkit.kernels.dropout.elementwise.threshold`
 the same for any cut of the work into units and any number of threads.
 
 Work units: ``chunk`` elements each (``chunk`` even, so a pair never straddles two units); a
-launch runs units ``first, first + step, ...`` (:func:`attnkit.kernels.numba_runtime.launch`).
+launch runs units ``first, first + step, ...`` (:func:`attnkit.kernels.numba.runtime.launch`).
 
 This module imports numba; attnkit loads it only through
-:func:`attnkit.kernels.numba_runtime.load_kernels` (on-disk cache of compiled code).
+:func:`attnkit.kernels.numba.runtime.load_kernels` (on-disk cache of compiled code).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.kernels.base import AttentionCall, Backend, fused_backward_reasons
-from attnkit.kernels.call_state import MemoKey, NumericsDecision
+from attnkit.kernels.call.backend import Backend, fused_backward_reasons
+from attnkit.kernels.call.base import AttentionCall
+from attnkit.kernels.call.memo import MemoKey
 from attnkit.kernels.dense import sdpa_causal
 from attnkit.kernels.flex.block_mask import BLOCK_SIZE
 from attnkit.kernels.flex.engine import (
@@ -31,6 +32,7 @@ from attnkit.kernels.flex.engine import (
     plan_for,
 )
 from attnkit.kernels.flex.mods import supported_mask
+from attnkit.kernels.policy.decision import NumericsDecision
 from attnkit.masks import TensorMask
 
 __all__ = ["FLEX_HEAD_DIMS", "FLEX_TENSOR_MASK_LIMIT", "FlexBackend", "FlexMemoKey"]

@@ -1,0 +1,111 @@
+"""``attnkit tune``'s noise-robust decisions without timing anything: the per-pair ratio
+statistics, the choice that keeps the built-in value unless a candidate is faster beyond the
+spread (with how sure it was), and the decode split-K ranges from injected (size, ratio,
+spread) points, including the story of issue 32 (split-K wins at small caches and loses at
+large ones on a busy host)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnkit.kernels.tuning import ranges as R
+from attnkit.kernels.tuning import rules as tune_rules
+
+MARGIN = 1.05
+MIB = 2**20
+POINTS = st.lists(  # measured (k and v bytes, median ratio, spread) points
+    st.tuples(
+        st.integers(1, 2**36),
+        st.floats(0.1, 10.0, allow_nan=False),
+        st.floats(0.0, 1.0, allow_nan=False),
+    ),
+    min_size=1,
+    max_size=6,
+    unique_by=lambda p: p[0],
+)
+
+
+def test_ratio_stats_are_the_median_and_half_the_interquartile_range():
+    base = [2.0, 2.0, 2.0, 2.0, 2.0]
+    other = [1.0, 2.0, 1.0, 1.0, 4.0]  # ratios 2, 1, 2, 2, 0.5
+    median, spread, n = tune_rules.ratio_stats(base, other)
+    assert (median, n) == (2.0, 5)
+    q = statistics.quantiles([0.5, 1.0, 2.0, 2.0, 2.0], n=4, method="inclusive")
+    assert spread == pytest.approx((q[2] - q[0]) / 2)
+    assert tune_rules.ratio_stats([1.0, 3.0], [1.0, 1.0]) == (2.0, 1.0, 2)  # min-max half range
+    with pytest.raises(ValueError, match="at least one raced pair"):
+        tune_rules.ratio_stats([], [])
+
+
+def test_a_candidate_replaces_the_built_in_only_beyond_the_spread():
+    base = [1.0] * 7
+    clear = [0.5, 0.52, 0.5, 0.49, 0.51, 0.5, 0.5]  # ~2x faster, tight
+    noisy = [0.3, 1.5, 0.4, 1.6, 0.35, 1.4, 0.9]  # faster median, huge spread
+    best, sure = tune_rules.choose({"a": base, "b": clear}, "a", MARGIN)
+    assert best == "b" and sure.verdict.startswith("clear") and sure.repeats == 7
+    assert sure.ratio == pytest.approx(2.0, rel=0.05)
+    best, sure = tune_rules.choose({"a": base, "c": noisy}, "a", MARGIN)
+    assert best == "a" and "tie" in sure.verdict and "built-in" in sure.verdict
+    best, sure = tune_rules.choose({"a": base, "d": [2.0] * 7}, "a", MARGIN)
+    assert best == "a" and sure.verdict == "clear: the built-in is fastest"
+
+
+def test_the_issue_32_host_gives_split_k_below_and_torch_ops_above():
+    # split-K 1.39-1.52x torch ops at Lk <= 2k, 0.80x and 0.63x at 8k and 32k (k and v bytes)
+    pts = [(MIB, 1.52, 0.03), (4 * MIB, 1.39, 0.04), (16 * MIB, 0.80, 0.05), (64 * MIB, 0.63, 0.02)]
+    ranges, sure = tune_rules.split_k_ranges(pts, MARGIN, repeats=30)
+    assert ranges == ((8 * MIB, R.SPLIT_K), (R.TOP, R.TORCH))
+    assert R.route_at(ranges, 2 * MIB) == R.SPLIT_K and R.route_at(ranges, 32 * MIB) == R.TORCH
+    assert sure.repeats == 30 and "torch ops faster" in sure.verdict
+    assert R.words(ranges) == "split-K below 8 MiB, torch ops from 8 MiB"
+
+
+def test_ties_and_noisy_losses_keep_split_k_at_every_size():
+    ranges, sure = tune_rules.split_k_ranges([(MIB, 1.0, 0.0), (8 * MIB, 0.9, 0.1)], MARGIN)
+    assert ranges == ((R.TOP, R.SPLIT_K),) and "kept at every size" in sure.verdict
+    with pytest.raises(ValueError, match="points: expected at least one"):
+        tune_rules.split_k_ranges([], MARGIN)
+
+
+@settings(max_examples=200, deadline=None)
+@given(POINTS)
+def test_torch_ops_get_a_size_only_where_they_clearly_win(points):
+    ranges, _ = tune_rules.split_k_ranges(points, MARGIN)
+    assert R.checked("ranges", ranges) == ranges  # sorted, merged, ends at the top
+    for size, ratio, spread in points:
+        torch_clear = ratio + spread < 1.0 / MARGIN
+        assert (R.route_at(ranges, size) == R.TORCH) == torch_clear, (size, ratio, spread)
+
+
+def test_near_margin_names_the_closest_call():
+    sure = tune_rules.near_margin([(2.0, 0.1), (1.07, 0.05), (0.5, 0.1)], MARGIN, 7, "dense kept")
+    assert (sure.ratio, sure.spread, sure.repeats) == (1.07, 0.05, 7)
+    assert sure.verdict == "close at some sizes: dense kept where unsure"
+    sure = tune_rules.near_margin([(2.0, 0.1), (0.5, 0.1)], MARGIN, 7, "dense kept")
+    assert sure.verdict == "clear at every measured size" and sure.ratio == 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(POINTS, st.floats(0.0, 1.0, allow_nan=False))
+def test_more_noise_never_gives_torch_ops_more_sizes(points, extra):
+    ranges, _ = tune_rules.split_k_ranges(points, MARGIN)
+    noisier, _ = tune_rules.split_k_ranges([(b, r, s + extra) for b, r, s in points], MARGIN)
+    for size, _, _ in points:
+        if R.route_at(noisier, size) == R.TORCH:
+            assert R.route_at(ranges, size) == R.TORCH
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.01, 10.0, allow_nan=False), min_size=5, max_size=9),
+    st.lists(st.floats(0.01, 10.0, allow_nan=False), min_size=5, max_size=9),
+)
+def test_a_candidate_chosen_is_faster_beyond_the_spread(base, other):
+    best, sure = tune_rules.choose({"base": base, "other": other}, "base", MARGIN)
+    median, spread, n = tune_rules.ratio_stats(base, other)
+    assert (best == "other") == (median - spread >= MARGIN)
+    assert sure.repeats == n == min(len(base), len(other))
