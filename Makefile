@@ -107,7 +107,7 @@ accept-copy accept-translate accept-lm: $(STAMP_RUN)
 # Long-context smoke run: the windowed lm trained at --max-len 16384 (~15 s, checks peak memory).
 .PHONY: long
 long: $(STAMP_DEV)
-	ATTNKIT_LONG=1 $(BIN)/python -m pytest -q tests/train/test_window.py -k long_context
+	ATTNKIT_LONG=1 $(BIN)/python -m pytest -q tests/train/data/test_window.py -k long_context
 
 # Row lengths of --pack on the eng-fra bench row: how the default row length was chosen (~3 min).
 .PHONY: pack-lengths

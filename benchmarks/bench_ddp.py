@@ -69,8 +69,8 @@ def _ddp_run(nproc: int, steps: int, quick: bool) -> tuple[float, float]:
 
 def _ddp_available() -> str | None:
     """Why the DDP row cannot run, or None."""
-    if importlib.util.find_spec("attnkit.train.distributed") is None:
-        return "attnkit.train.distributed does not exist yet"
+    if importlib.util.find_spec("attnkit.train.loop.distributed") is None:
+        return "attnkit.train.loop.distributed does not exist yet"
     if not DATA.is_file():
         return f"{DATA} is absent"
     return None

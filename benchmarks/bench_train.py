@@ -11,7 +11,7 @@ optimiser (AdamW, betas 0.9/0.98, eps 1e-9, gradient norm clipped to 1) and the 
   (source + target tokens, padding excluded); ``cpu_ratio``: the same ratio of each side's
   process CPU time (medians), a gauge that a loaded host disturbs less than wall time.
 - ``train-seq2seq-packed``: the same steps, attnkit packing each step's pairs into rows
-  (``attnkit.train.packing.pack_seq2seq``, document masks, positions restarting per pair) of
+  (``attnkit.train.data.packing.pack_seq2seq``, document masks, positions restarting per pair) of
   the length ``attnkit train --pack`` picks by default (``default_row_length``: twice the
   longest pair rounded up to a multiple of 32), against the same padded peer. The child
   ``pack-lengths`` measures other row lengths side by side (how the default was chosen).
@@ -76,7 +76,7 @@ from train_cases import (  # noqa: F401  (DATA, translation_batches: used by the
 )
 
 from attnkit import masks
-from attnkit.train.batches import collate_seq2seq
+from attnkit.train.data.batches import collate_seq2seq
 
 _tokens = tokens_of
 
@@ -104,7 +104,7 @@ def _seq2seq_row(quick: bool, packed: bool) -> dict:
 
     extra: dict = {}
     if packed:
-        from attnkit.train.packing import default_row_length, pack_seq2seq, packed_loss
+        from attnkit.train.data.packing import default_row_length, pack_seq2seq, packed_loss
 
         # the row length ``attnkit train --pack`` picks for these pairs (no --max-len)
         pack_len = default_row_length([(len(s), len(t) - 1) for b in batches for s, t in b])
@@ -176,7 +176,7 @@ def _cpu_timed(fn: Callable[[], None], into: list[float]) -> Callable[[], None]:
 def pack_lengths(arg: str) -> dict:
     """The packed seq2seq row at several row lengths (``arg``: comma-separated, e.g.
     ``32,64,128,256,512``) against the padded peer, all interleaved in this process (5 repeats,
-    medians): how the default row length (:func:`attnkit.train.packing.default_row_length`) was
+    medians): how the default row length (:func:`attnkit.train.data.packing.default_row_length`) was
     chosen. Returns per length: rows per step, ms per step, tokens/s and the ratio to the peer."""
     lengths = [int(t) for t in arg.split(",")]
     steps, batch, reps = 8, 64, 5
@@ -184,7 +184,7 @@ def pack_lengths(arg: str) -> dict:
     padded = [collate_seq2seq(b) for b in batches]
     ours, peer = seq2seq_models(vocab, SEQ2SEQ["dropout"])
     o_opt, p_opt = _optimizer(ours), _optimizer(peer)
-    from attnkit.train.packing import default_row_length, pack_seq2seq, packed_loss
+    from attnkit.train.data.packing import default_row_length, pack_seq2seq, packed_loss
 
     packs = {n: [pack_seq2seq(b, n) for b in batches] for n in lengths}
 
@@ -240,11 +240,11 @@ def train_seq2seq(quick: bool) -> dict:
     ">=1.3x",
 )
 def train_seq2seq_packed(quick: bool) -> dict:
-    if importlib.util.find_spec("attnkit.train.packing") is None:
+    if importlib.util.find_spec("attnkit.train.data.packing") is None:
         return dict(
             peer="nn.Transformer (tutorial), padded",
             case="NOT AVAILABLE",
-            extra=dict(status="not available: attnkit.train.packing does not exist yet"),
+            extra=dict(status="not available: attnkit.train.data.packing does not exist yet"),
         )
     return _seq2seq_row(quick, packed=True)
 

@@ -72,9 +72,9 @@ def _child(args: argparse.Namespace) -> dict:
 
         return train(text, Recipe(steps=args.steps)) | {"steps": args.steps}
     from attnkit.train import TrainConfig, load, train
-    from attnkit.train import tokenizer as tk
-    from attnkit.train.lm_eval import score_stream
-    from attnkit.train.stream import split_text
+    from attnkit.train.data import tokenizer as tk
+    from attnkit.train.data.stream import split_text
+    from attnkit.train.inference.lm_eval import score_stream
 
     recipe = dict(SAME if args.child == "attnkit" else BEST)
     if args.bf16:

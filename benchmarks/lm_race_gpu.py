@@ -72,8 +72,8 @@ def flops_per_step(recipe: dict, vocab: int) -> float:
 
 
 def _attnkit(text_path: Path, recipe: dict, steps: int, device: str, every: int, fast: bool):
+    from attnkit.devices import resolve, use_device
     from attnkit.train import TrainConfig, train
-    from attnkit.train.device import resolve, use_device
 
     c = TrainConfig(task="lm", data=str(text_path), threads=None, eval_every=every,
                     save_every=10**9, log_every=every, max_steps=steps, bf16=fast, compile=fast,

@@ -21,11 +21,11 @@ from attnkit.explain.shared import shared_dir
 from attnkit.models.lm import LMConfig, TransformerLM
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.nn.projection import unpack
-from attnkit.train import tokenizer as tk
-from attnkit.train.data import read_pairs
+from attnkit.train.data import tokenizer as tk
+from attnkit.train.data.sources import read_pairs
+from attnkit.train.data.tasks import lm_stream, seq2seq_example
+from attnkit.train.loop.steps import CHUNK, LMHeadLoss
 from attnkit.train.loss import chunked_head_loss
-from attnkit.train.steps import CHUNK, LMHeadLoss
-from attnkit.train.tasks import lm_stream, seq2seq_example
 
 DATA = shared_dir() / "data" / "eng-fra-5k.tsv"
 SMOOTHING = 0.1
@@ -152,7 +152,7 @@ def _lm_sizes(quick: bool) -> tuple[int, int, int]:
 SIDES = ("attnkit", "attnkit-ckpt", "peer", "peer-ckpt")
 """Training configurations of the long-context row: each model as is, and each with its layers
 checkpointed (``torch.utils.checkpoint``, non-reentrant) and the loss computed
-:data:`attnkit.train.steps.CHUNK` positions at a time (``attnkit train --checkpoint``; the peer
+:data:`attnkit.train.loop.steps.CHUNK` positions at a time (``attnkit train --checkpoint``; the peer
 the same two techniques in plain PyTorch)."""
 
 
@@ -171,7 +171,12 @@ def lm_loss(side: str, ours, peer, x, y, peer_mask) -> Callable[[], torch.Tensor
     peer.checkpoint_layers = True
     return lambda: (
         chunked_head_loss(
-            peer.hidden(x, peer_mask()), y, peer.head, label_smoothing=SMOOTHING, chunk=CHUNK
+            peer.hidden(x, peer_mask()),
+            y,
+            peer.head,
+            pad_id=tk.PAD,
+            label_smoothing=SMOOTHING,
+            chunk=CHUNK,
         )[0]
         / n
     )

@@ -43,7 +43,7 @@ def main() -> int:
         print(f"lm_shakespeare: {DATA} not found (the shared data directory)", file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT / "src"))
-    from attnkit.train.precision import native_bf16
+    from attnkit.train.loop.precision import native_bf16
 
     bf16 = ["--bf16"] if native_bf16() and not ns.no_bf16 else []
     out = (ns.runs or Path(tempfile.mkdtemp(prefix="attnkit-shakespeare-"))) / "shakespeare"

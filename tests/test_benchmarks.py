@@ -414,7 +414,7 @@ def test_translation_batches(bench_path):
 
     if not bench_train.DATA.is_file():
         pytest.skip(f"{bench_train.DATA} absent")
-    from attnkit.train import tokenizer as tk
+    from attnkit.train.data import tokenizer as tk
 
     vocab, batches = bench_train.translation_batches(3, 5)
     assert vocab > 100 and [len(b) for b in batches] == [5, 5, 5]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnkit import cpu
-from attnkit.train import precision
+from attnkit.train.loop import precision
 
 ZEN = """processor\t: 0
 model name\t: AMD EPYC

@@ -19,7 +19,7 @@ from support.html_page import decode_sections  # noqa: E402
 from support.tiny_runs import train_lm, train_translate  # noqa: E402
 
 from attnkit.cli import main  # noqa: E402
-from attnkit.train import tokenizer as tk  # noqa: E402
+from attnkit.train.data import tokenizer as tk  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TOL = 1e-5  # float32 attention rows of two implementations, 16-bit page encoding below 1e-5

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from attnkit.cli import main
-from attnkit.train import session
 from attnkit.train.config import TrainConfig
-from attnkit.train.tasks import seq2seq_example
-from attnkit.train.trainer import train
+from attnkit.train.data.tasks import seq2seq_example
+from attnkit.train.inference import session
+from attnkit.train.loop.trainer import train
 
 SENTENCES = ["0 1 2", "3 4 5 0 1", "2 2", "5 4 3 2 1", "1"]
 
@@ -50,7 +50,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 
 def one_by_one(run_dir: Path, sentences: list[str]) -> list[str]:
     """Independent of batching: each sentence decoded alone with the model's greedy search."""
-    from attnkit.train.tokenizer import decode
+    from attnkit.train.data.tokenizer import decode
 
     loaded = session.load(run_dir, best=True)
     out = []
@@ -102,7 +102,7 @@ def test_n_best_tsv(run_dir, capsys):
     loaded = session.load(run_dir, best=True)
     src = torch.tensor([seq2seq_example(loaded.tokenizer, SENTENCES[0], "")[0]])
     ids, score = loaded.model.beam_search(src, 4, 2 * src.shape[1] + 10)
-    from attnkit.train.tokenizer import decode
+    from attnkit.train.data.tokenizer import decode
 
     assert rows[0][3] == decode(loaded.tokenizer, ids[0].tolist())
     assert float(rows[0][2]) == pytest.approx(float(score[0]), abs=5e-4)

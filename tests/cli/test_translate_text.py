@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.train import session
-from attnkit.train import tokenizer as tk
 from attnkit.train.config import TrainConfig
-from attnkit.train.trainer import train
+from attnkit.train.data import tokenizer as tk
+from attnkit.train.inference import session
+from attnkit.train.loop.trainer import train
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PAIRS = "".join(f"I like the {w}.\tJ'aime le {w}.\nIs it {w} ?\tEst-ce {w}\u202f?\n" for w in
@@ -64,7 +64,7 @@ def test_the_model_text_is_written_as_produced(bpe_run, tmp_path):
     out = tmp_path / "out.txt"
     code = (  # the decoder's output replaced by a text with U+202F, a tab and a line break
         "import sys\n"
-        "from attnkit.train import metrics\n"
+        "from attnkit.train.inference import metrics\n"
         "metrics.translate = lambda model, tok, src, *a: ['Est-ce\\u202fvrai\\u00a0?\\nOui'] "
         "* len(src)\n"
         "from attnkit.cli import main\n"

@@ -10,8 +10,8 @@ import torch
 from support.html_page import decode_weights, parts
 
 from attnkit.cli import main
-from attnkit.train import session
-from attnkit.train.tasks import seq2seq_example
+from attnkit.train.data.tasks import seq2seq_example
+from attnkit.train.inference import session
 
 TINY = ["--d-model", "16", "--nhead", "2", "--layers", "2", "--dim-feedforward", "32"]
 TINY += ["--batch-size", "16", "--no-progress", "--train-size", "200", "--valid-size", "10"]

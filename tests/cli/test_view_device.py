@@ -28,7 +28,7 @@ from support.html_page import decode_sections  # noqa: E402
 from support.tiny_hf_dirs import save_tiny  # noqa: E402
 from support.tiny_runs import train_lm, train_translate  # noqa: E402
 
-import attnkit.train.device as device_mod  # noqa: E402
+import attnkit.devices as device_mod  # noqa: E402
 from attnkit.cli import main  # noqa: E402
 from attnkit.cli.support import model_attentions as ma  # noqa: E402
 from tests.support.fake_device import HOST, RUN, FakeCuda, Record  # noqa: E402

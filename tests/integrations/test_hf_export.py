@@ -15,10 +15,10 @@ pytest.importorskip("transformers")
 from attnkit.cli import main  # noqa: E402
 from attnkit.integrations.hf_export import UnfaithfulExport, export_seq2seq  # noqa: E402
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer  # noqa: E402
-from attnkit.train import session  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
-from attnkit.train.tasks import seq2seq_example  # noqa: E402
-from attnkit.train.trainer import train  # noqa: E402
+from attnkit.train.data.tasks import seq2seq_example  # noqa: E402
+from attnkit.train.inference import session  # noqa: E402
+from attnkit.train.loop.trainer import train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

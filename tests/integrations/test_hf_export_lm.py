@@ -22,10 +22,10 @@ from attnkit.cli import main  # noqa: E402
 from attnkit.integrations.hf_export import UnfaithfulExport, quiet  # noqa: E402
 from attnkit.integrations.hf_export_lm import export_lm  # noqa: E402
 from attnkit.models.lm import LMConfig, TransformerLM  # noqa: E402
-from attnkit.train import session  # noqa: E402
-from attnkit.train import tokenizer as tk  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
-from attnkit.train.trainer import train  # noqa: E402
+from attnkit.train.data import tokenizer as tk  # noqa: E402
+from attnkit.train.inference import session  # noqa: E402
+from attnkit.train.loop.trainer import train  # noqa: E402
 from tests.train.conftest import RHYME  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"

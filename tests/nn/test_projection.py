@@ -18,9 +18,9 @@ from tokenizers import Tokenizer, models
 
 from attnkit.nn import MultiHeadAttention
 from attnkit.nn.projection import InProjection, pack_legacy, unpack
-from attnkit.train import session
 from attnkit.train.checkpoint import FORMAT, write_checkpoint
 from attnkit.train.config import TrainConfig
+from attnkit.train.inference import session
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "old_qkv"
 REF = st.load_file(str(OLD / "outputs.safetensors"))
@@ -150,7 +150,7 @@ def test_an_old_run_resumes_as_the_old_code_resumed_it(tmp_path):
     what the old code computed resuming the same checkpoint (float32, 1e-5 of each tensor's
     scale: the packed products round differently; the key bias, whose true gradient is 0, is
     rounding noise on both sides and left out)."""
-    from attnkit.train.trainer import train
+    from attnkit.train.loop.trainer import train
 
     run = json.loads(next((OLD / "run").glob("step-*/config.json")).read_text())["train"]
     run["max_steps"] = 4

@@ -7,7 +7,7 @@ would create on the wrong device.
 
 Inside the block every tensor is still a CPU tensor, but each carries where it would live on a
 GPU run (a tag): factory functions without ``device=`` follow the default device, which is the
-GPU, as under ``attnkit.train.device.use_device(cuda)``; ``device="cuda"``/``.to("cuda")``/
+GPU, as under ``attnkit.devices.use_device(cuda)``; ``device="cuda"``/``.to("cuda")``/
 ``.cuda()`` make a GPU tensor; ``device="cpu"``, ``.cpu()``, ``torch.from_numpy`` and tensors
 made outside the block are host tensors; a module's parameters are GPU tensors. Reading
 ``.device`` of a GPU tensor answers ``cuda`` (so ``torch.zeros(n, device=x.device)`` follows

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnkit.train.config import TrainConfig
-from attnkit.train.trainer import train
+from attnkit.train.loop.trainer import train
 
 TEXT = "ALICE:\nthe cat sat on the mat.\n\nBOB:\na dog ran in the park, and sat.\n\n" * 30
 PAIRS = "".join(f"the cat {w}.\tle chat {w}.\nthe dog {w}.\tle chien {w}.\n" for w in

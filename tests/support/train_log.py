@@ -24,7 +24,7 @@ def resumed_logs(
     and resumed to ``steps`` in the same directory), the stopped run's final evaluation left
     out: equal when resuming is bit-identical."""
     from attnkit.train.config import TrainConfig
-    from attnkit.train.trainer import train
+    from attnkit.train.loop.trainer import train
 
     def quiet(_: str) -> None:
         pass

@@ -1,7 +1,7 @@
 """Every verb with --device cuda in a real process, on a real GPU (skipped without one): train
 (every task, bf16 where the GPU has it, --compile), evaluate, translate, generate, and a GPU
 run's checkpoint read back on the CPU. The same code paths run on the CPU with an emulated GPU
-in tests/train/test_fake_gpu.py, so CI catches a tensor created on the wrong device."""
+in tests/train/loop/test_fake_gpu.py, so CI catches a tensor created on the wrong device."""
 
 from __future__ import annotations
 

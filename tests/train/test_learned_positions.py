@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from attnkit.models.lm import LMConfig, TransformerLM
-from attnkit.train import session
 from attnkit.train.config import TrainConfig
-from attnkit.train.lm_generate import generate_ids
-from attnkit.train.trainer import train
+from attnkit.train.inference import session
+from attnkit.train.inference.lm_generate import generate_ids
+from attnkit.train.loop.trainer import train
 from tests.support.train_log import resumed_logs
 
 

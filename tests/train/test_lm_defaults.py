@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.cli import main
-from attnkit.train import session
-from attnkit.train import tokenizer as tk
 from attnkit.train.config import TrainConfig
-from attnkit.train.lm_generate import suggested_prompt
-from attnkit.train.stream import random_windows
-from attnkit.train.trainer import train
+from attnkit.train.data import tokenizer as tk
+from attnkit.train.data.stream import random_windows
+from attnkit.train.inference import session
+from attnkit.train.inference.lm_generate import suggested_prompt
+from attnkit.train.loop.trainer import train
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TEXT = "ALICE:\nthe cat sat on the mat.\n\nBOB:\na dog ran in the park, and sat.\n\n" * 30

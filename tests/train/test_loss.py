@@ -14,59 +14,69 @@ import torch
 
 from attnkit.models.lm import LMConfig, TransformerLM
 from attnkit.train.config import TrainConfig
+from attnkit.train.data.packing import default_row_length
+from attnkit.train.data.tasks import prepare
+from attnkit.train.data.tokenizer import PAD
+from attnkit.train.inference.metrics import heldout_loss, perplexity
+from attnkit.train.loop.steps import LMHeadLoss, heldout_examples
+from attnkit.train.loop.trainer import train
 from attnkit.train.loss import chunked_head_loss, token_cross_entropy
-from attnkit.train.metrics import heldout_loss, perplexity
-from attnkit.train.packing import default_row_length
-from attnkit.train.steps import LMHeadLoss, heldout_examples
-from attnkit.train.tasks import prepare
-from attnkit.train.tokenizer import PAD
-from attnkit.train.trainer import train
 from tests.support.train_log import logged, resumed_logs
 
 
-def reference_ce(logits: np.ndarray, y: np.ndarray, smoothing: float) -> np.ndarray:
-    """Per-token label-smoothed cross-entropy in float64 (0 where y == PAD)."""
+def reference_ce(logits: np.ndarray, y: np.ndarray, smoothing: float, pad: int) -> np.ndarray:
+    """Per-token label-smoothed cross-entropy in float64 (0 where y == pad)."""
     z = logits.astype(np.float64)
     logp = z - z.max(-1, keepdims=True)
     logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
     v = z.shape[-1]
-    nll = -np.take_along_axis(logp, np.where(y == PAD, 0, y)[..., None], -1)[..., 0]
+    nll = -np.take_along_axis(logp, np.where(y == pad, 0, y)[..., None], -1)[..., 0]
     loss = (1 - smoothing) * nll - smoothing / v * logp.sum(-1)
-    return np.where(y == PAD, 0.0, loss)
+    return np.where(y == pad, 0.0, loss)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 97)])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_token_cross_entropy_matches_reference(shape, smoothing):
+@pytest.mark.parametrize("pad", [PAD, 5])  # the caller's padding id, not a fixed one
+def test_token_cross_entropy_matches_reference(shape, smoothing, pad):
     g = torch.Generator().manual_seed(sum(shape))
     logits = torch.randn(*shape, 13, dtype=torch.float64, generator=g) * 5
     y = torch.randint(0, 13, shape, generator=g)
-    y[0, -1] = PAD  # a padded target counts nowhere
-    want = reference_ce(logits.numpy(), y.numpy(), smoothing)
-    n = int((y != PAD).sum())
-    none, count = token_cross_entropy(logits, y, label_smoothing=smoothing, reduction="none")
-    total, _ = token_cross_entropy(logits, y, label_smoothing=smoothing)
-    mean, _ = token_cross_entropy(logits, y, label_smoothing=smoothing, reduction="mean")
+    y[0, -1] = pad  # a padded target counts nowhere
+    want = reference_ce(logits.numpy(), y.numpy(), smoothing, pad)
+    n = int((y != pad).sum())
+    kw = dict(pad_id=pad, label_smoothing=smoothing)
+    none, count = token_cross_entropy(logits, y, reduction="none", **kw)
+    total, _ = token_cross_entropy(logits, y, **kw)
+    mean, _ = token_cross_entropy(logits, y, reduction="mean", **kw)
     assert count == n
     np.testing.assert_allclose(none.numpy(), want, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(float(total), want.sum(), rtol=1e-10)
     np.testing.assert_allclose(float(mean), want.sum() / max(n, 1), rtol=1e-10)
-    f32, _ = token_cross_entropy(logits.float(), y, label_smoothing=smoothing)
-    up, _ = token_cross_entropy(logits.float(), y, label_smoothing=smoothing, dtype=torch.float64)
+    f32, _ = token_cross_entropy(logits.float(), y, **kw)
+    up, _ = token_cross_entropy(logits.float(), y, dtype=torch.float64, **kw)
     assert up.dtype == torch.float64
     np.testing.assert_allclose(float(f32), want.sum(), rtol=1e-5)
+    head = torch.nn.Identity()
+    chunked, chunked_n = chunked_head_loss(logits, y, head, chunk=2, **kw)
+    assert chunked_n == n
+    np.testing.assert_allclose(float(chunked), want.sum(), rtol=1e-10)
 
 
 def test_token_cross_entropy_bad_input():
     x, y = torch.zeros(2, 3, 5), torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="^reduction: expected one of"):
-        token_cross_entropy(x, y, reduction="avg")
+        token_cross_entropy(x, y, pad_id=PAD, reduction="avg")
     with pytest.raises(ValueError, match=r"^targets: expected the shape \(2, 3\)"):
-        token_cross_entropy(x, y[:, :2])
+        token_cross_entropy(x, y[:, :2], pad_id=PAD)
     with pytest.raises(ValueError, match="^label_smoothing: "):
-        token_cross_entropy(x, y, label_smoothing=1.5)
+        token_cross_entropy(x, y, pad_id=PAD, label_smoothing=1.5)
     with pytest.raises(ValueError, match="^chunk: expected a positive int, got 0"):
-        chunked_head_loss(x, y, torch.nn.Identity(), chunk=0)
+        chunked_head_loss(x, y, torch.nn.Identity(), pad_id=PAD, chunk=0)
+    with pytest.raises(ValueError, match="^pad_id: "):
+        token_cross_entropy(x, y, pad_id=-1)
+    with pytest.raises(TypeError, match="pad_id"):  # required: no padding id is assumed
+        token_cross_entropy(x, y)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1000])
@@ -76,9 +86,9 @@ def test_chunked_head_loss_equals_full_loss_and_gradients(chunk):
     h = torch.randn(2, 17, 8, generator=g, requires_grad=True)
     y = torch.randint(0, 11, (2, 17), generator=g)
     y[:, -5:] = PAD
-    full, n_full = token_cross_entropy(head(h), y, label_smoothing=0.1)
+    full, n_full = token_cross_entropy(head(h), y, pad_id=PAD, label_smoothing=0.1)
     grads_full = torch.autograd.grad(full, [h, head.weight])
-    part, n = chunked_head_loss(h, y, head, label_smoothing=0.1, chunk=chunk)
+    part, n = chunked_head_loss(h, y, head, pad_id=PAD, label_smoothing=0.1, chunk=chunk)
     grads = torch.autograd.grad(part, [h, head.weight])
     assert n == n_full
     torch.testing.assert_close(part, full, rtol=1e-6, atol=0)
@@ -114,7 +124,7 @@ def test_checkpointed_lm_equals_plain_lm_with_dropout(window, norm_first):
         if how == "layers+chunked":
             loss = LMHeadLoss(model, 0.1, chunk=10)(x, y)
         else:
-            loss = token_cross_entropy(model(x), y, label_smoothing=0.1)[0]
+            loss = token_cross_entropy(model(x), y, pad_id=PAD, label_smoothing=0.1)[0]
         loss.backward()
         # the global generator is where an uninterrupted run leaves it (same dropout draws)
         out[how] = (loss.detach(), [p.grad.clone() for p in model.parameters()], torch.rand(3))
@@ -201,8 +211,8 @@ def test_checkpointed_training_resumes_bit_identically(tmp_path, tiny, rhyme_fil
 def test_host_target_count_equals_the_non_pad_targets_of_a_batch():
     """The step's token count comes from the host (nothing read back from a GPU); it must be
     the count of non-PAD targets that the loss sums over, PAD ids inside a sequence included."""
-    from attnkit.train.batches import batch_logits, target_count
-    from attnkit.train.tokenizer import PAD
+    from attnkit.train.data.batches import batch_logits, target_count
+    from attnkit.train.data.tokenizer import PAD
 
     class Echo(torch.nn.Module):  # logits are irrelevant: only the targets are read
         def forward(self, *xs):

@@ -209,3 +209,75 @@ def test_errors_are_one_line_exit_2(capsys, tmp_path, argv, match):
     assert len(err.strip().splitlines()) == 1 and match in err
     assert "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_resume_finds_and_hashes_the_checkpoint_once(capsys, tmp_path, monkeypatch):
+    """``train --resume`` resolves the checkpoint once (one SHA-256 pass over its files) and
+    hands that value to the run: the verb and the run do not each read it again."""
+    from attnkit.train import checkpoint
+
+    run_dir = tmp_path / "rev"
+    first = ["--max-steps", "2", "--save-every", "2", "--eval-every", "2", "--train-size", "200"]
+    code, _, err = run(capsys, "train", "--task", "reverse", "--out", run_dir, *first, *TINY_ARGS)
+    assert code == 0, err
+    verified, real = [], checkpoint.verify
+    monkeypatch.setattr(checkpoint, "verify", lambda p: verified.append(p) or real(p))
+    code, out, err = run(capsys, "train", "--resume", run_dir, "--max-steps", "3", "--no-progress")
+    assert code == 0, err
+    assert "resuming reverse from" in out
+    assert verified == [run_dir / "step-00000002"]
+
+
+def _option_help(help_text: str, option: str) -> str:
+    """The help of ``option`` in ``attnkit train --help`` as one line."""
+    lines = help_text.splitlines()
+    start = next(i for i, s in enumerate(lines) if s.strip().startswith(option + " "))
+    out = [lines[start]]
+    for s in lines[start + 1 :]:
+        if s.strip().startswith("-") or not s.startswith(" " * 10):
+            break
+        out.append(s)
+    return " ".join(" ".join(out).split())
+
+
+def test_train_options_are_trainconfig_fields_with_its_defaults(capsys):
+    """Every field of TrainConfig is an option of ``attnkit train`` (the task as --task), and
+    the help shows the dataclass's own defaults, which cli/train.py never writes down: a
+    default changed in TrainConfig is what --help says."""
+    import dataclasses
+
+    from attnkit.cli.train import OPTIONS
+    from attnkit.train.config import CHOICES, TrainConfig
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    assert {field for field, _, _ in OPTIONS.values()} | {"task"} == set(fields)
+    code, text, _ = run(capsys, "train", "--help")
+    assert code == 0
+    plain = {"seed", "vocab", "length", "train_size", "valid_size", "vocab_size", "log_every"}
+    plain |= {"eval_every", "save_every", "keep", "threads", "accumulate", "clip", "dist_timeout"}
+    for opt, (field, _, _) in OPTIONS.items():
+        default = fields[field].default
+        if field in plain:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+            assert _option_help(text, opt).endswith(f"(default: {shown})"), opt
+        if field in CHOICES:
+            assert "{" + ",".join(CHOICES[field]) + "}" in _option_help(text, opt), opt
+    lm, copy = TrainConfig(task="lm", data="x").resolved(), TrainConfig().resolved()
+    assert f"(default: lm {lm.block_size}, others {copy.block_size})" in _option_help(
+        text, "--block-size"
+    )
+
+
+def test_the_builtin_copy_task_says_the_values_it_trains_with(capsys, tmp_path):
+    from attnkit.train.config import TrainConfig
+
+    c = TrainConfig(length=7).resolved()
+    code, out, err = run(
+        capsys, "train", "--out", tmp_path / "c", "--length", "7", "--train-size", "50",
+        "--max-steps", "1", *TINY_ARGS,
+    )  # fmt: skip
+    assert code == 0, err
+    assert (
+        f"(vocabulary {c.vocab}, length 7, shortest {c.min_length}, 50 generated training "
+        f"sequences, {c.valid_size} held out) for at most 1 steps" in out
+    )

@@ -13,7 +13,8 @@ and numpy-free modules (``attnkit.checks``, ``attnkit.train.config``,
 ``attnkit.explain.catalog``). Everything else is imported inside ``run()``::
 
     def run(ns: argparse.Namespace) -> int:
-        from attnkit.train import metrics, session   # heavy: torch, numpy
+        from attnkit.train.inference import metrics   # heavy: torch, numpy
+        from attnkit.train.inference import session
         ...
 
 Defaults shown in ``--help`` come from such light modules, never from a module that imports

@@ -63,7 +63,7 @@ OPTIONS = (
 
 
 def _examples(loaded, ns):
-    from attnkit.train.data import read_pairs, read_text_lines
+    from attnkit.train.data.sources import read_pairs, read_text_lines
 
     task = loaded.train_config.task
     if ns.data is not None:
@@ -91,7 +91,7 @@ def run(ns: argparse.Namespace) -> int:
 
 def _run(ns: argparse.Namespace) -> int:
     """Evaluate; 0 on success."""
-    from attnkit.train import metrics, session
+    from attnkit.train.inference import metrics, session
 
     with o.renamed(*OPTIONS):
         loaded = session.load(ns.ckpt, best=True)
@@ -118,7 +118,7 @@ def _warn_overlap(loaded, items: list, name: str) -> None:
     """Warn (stderr) when ``items`` share examples with the run's training data."""
     import sys
 
-    from attnkit.train.overlap import training_overlap
+    from attnkit.train.inference.overlap import training_overlap
 
     held, sample = loaded.jsonl("heldout.jsonl"), loaded.jsonl("train_sample.jsonl")
     warning = training_overlap(loaded.train_config, held, sample, items).warning(name)
@@ -128,9 +128,9 @@ def _warn_overlap(loaded, items: list, name: str) -> None:
 
 def _seq2seq(loaded, items: list, ns: argparse.Namespace) -> int:
     """Exact match or BLEU/chrF/TER: each distinct source decoded once and scored against all
-    its references (:mod:`attnkit.train.scoring`)."""
-    from attnkit.train import metrics
-    from attnkit.train.scoring import corpus_scores, group_references
+    its references (:mod:`attnkit.train.inference.scoring`)."""
+    from attnkit.train.inference import metrics
+    from attnkit.train.inference.scoring import corpus_scores, group_references
 
     groups = group_references(items)
     hyps = metrics.translate(

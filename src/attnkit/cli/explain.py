@@ -272,9 +272,9 @@ def _explain_model(ns: argparse.Namespace, sentence: str | None) -> int:
     if sentence is None:
         raise UsageError("--model: give the SENTENCE to run through the model")
     from attnkit.cli.support import model_attentions as ma
+    from attnkit.devices import current
     from attnkit.explain import model_attention as mat
     from attnkit.explain import token_attention as tat
-    from attnkit.train.device import current
 
     o.check(ns, TOP_K_OPTION)  # before any work
     top_k = TOP_K if ns.top_k is None else ns.top_k

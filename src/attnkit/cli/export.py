@@ -62,7 +62,7 @@ def run(ns: argparse.Namespace) -> int:
 
     if not available():
         raise UsageError("--to hf: needs HuggingFace transformers (pip install 'attnkit[hf]')")
-    from attnkit.train import session
+    from attnkit.train.inference import session
 
     out = Path(ns.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -104,9 +104,9 @@ def _run(ns: argparse.Namespace) -> int:
     """Generate; 0 on success."""
     import torch
 
-    from attnkit.train import session
-    from attnkit.train import tokenizer as tk
-    from attnkit.train.lm_generate import generate_ids
+    from attnkit.train.data import tokenizer as tk
+    from attnkit.train.inference import session
+    from attnkit.train.inference.lm_generate import generate_ids
 
     loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
     if loaded.kind != "lm":

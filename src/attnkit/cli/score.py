@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _lines(option: str, path: str) -> list[str]:
-    from attnkit.train.data import DataError, read_lines
+    from attnkit.train.data.sources import DataError, read_lines
 
     if path == "-":
         lines = sys.stdin.read().splitlines()
@@ -57,7 +57,7 @@ def _lines(option: str, path: str) -> list[str]:
 
 def run(ns: argparse.Namespace) -> int:
     """Score; 0 on success."""
-    from attnkit.train.scoring import corpus_scores
+    from attnkit.train.inference.scoring import corpus_scores
 
     if ns.ref.count("-") + (ns.hyp == "-") > 1:
         raise UsageError("--ref: at most one of --hyp and --ref may read stdin ('-')")

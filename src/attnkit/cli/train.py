@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnkit.cli.support.common import UsageError, option_names
 from attnkit.cli.support.options import DEVICE, add, on_device
 
-SCHEDULES = ("noam", "cosine", "constant")  # attnkit.train.schedule.SCHEDULES (no torch import)
+if TYPE_CHECKING:  # pragma: no cover
+    from attnkit.train.config import TrainConfig
 
 
 def _betas(text: str) -> tuple[float, float]:
@@ -77,122 +80,89 @@ kept. An existing non-empty --out is never
 overwritten (except by --resume of a checkpoint inside it).
 """
 
-# option -> (TrainConfig field, argparse kwargs)
-OPTIONS: dict[str, tuple[str, dict]] = {
-    "--data": ("data", dict(metavar="FILE", help="TSV (translate) or text (lm) file")),
-    "--seed": ("seed", dict(type=int, help="seed of data, split, weights, dropout (0)")),
-    "--vocab": ("vocab", dict(type=int, help="synthetic tasks: symbols (10)")),
-    "--length": ("length", dict(type=int, help="synthetic tasks: longest sequence (10)")),
-    "--min-length": ("min_length", dict(type=int, help="synthetic: shortest (--length // 2)")),
-    "--train-size": ("train_size", dict(type=int, help="synthetic: training examples (20000)")),
-    "--valid-size": ("valid_size", dict(type=int, help="synthetic: held-out examples (200)")),
-    "--valid-fraction": (
-        "valid_fraction",
-        dict(type=float, help="files: held out (0.05; an lm stream: its last 0.1)"),
-    ),
-    "--block-size": ("block_size", dict(type=int, help="lm: tokens per example")),
-    "--tokenizer": ("tokenizer", dict(choices=("word", "char", "bpe"), help="tokenizer kind")),
-    "--vocab-size": ("vocab_size", dict(type=int, help="bpe vocabulary size (2000)")),
-    "--d-model": ("d_model", dict(type=int, help="model width")),
-    "--nhead": ("nhead", dict(type=int, help="attention heads")),
-    "--layers": ("layers", dict(type=int, help="layers per stack")),
-    "--dim-feedforward": ("dim_feedforward", dict(type=int, help="feed-forward width")),
-    "--dropout": ("dropout", dict(type=float, help="dropout")),
-    "--batch-size": ("batch_size", dict(type=int, help="sequences per batch")),
-    "--warmup": ("warmup", dict(type=int, help="warm-up steps of the schedule")),
-    "--lr-factor": ("lr_factor", dict(type=float, help="factor of the schedule")),
-    "--weight-decay": (
-        "weight_decay",
-        dict(type=float, help="AdamW weight decay on matrices only (Linear weights, embeddings; "
-             "not biases or LayerNorm weights, as nanoGPT)"),
-    ),
-    "--label-smoothing": ("label_smoothing", dict(type=float, help="(0.1; lm 0)")),
-    "--clip": ("clip", dict(type=float, help="gradient-norm clipping, 0 = off (1.0)")),
-    "--max-steps": ("max_steps", dict(type=int, help="stop at step N (a total, also on --resume)")),
-    "--max-minutes": (
-        "max_minutes",
-        dict(type=float, help="stop after M minutes of this invocation (on --resume: extra time)"),
-    ),
-    "--log-every": ("log_every", dict(type=int, help="steps between log lines (10)")),
-    "--eval-every": ("eval_every", dict(type=int, help="steps between evaluations (200)")),
-    "--save-every": ("save_every", dict(type=int, help="steps between checkpoints (200)")),
-    "--keep": ("keep", dict(type=int, help="checkpoints kept (3)")),
-    "--threads": (
-        "threads",
-        dict(type=int, help="torch threads (1; more help only on an idle machine)"),
-    ),
-    "--pack": (
-        "pack",
-        dict(action="store_true", help="pack several sequences into each row (lm, translate)"),
-    ),
-    "--max-len": (
-        "max_len",
-        dict(
-            type=int,
-            help="tokens per row: packed rows (default: twice the longest training pair, "
-            "rounded up to a multiple of 32; lm: --block-size), lm windows (= --block-size)",
-        ),
-    ),
-    "--window": (
-        "window",
-        dict(type=int, metavar="W", help="lm: local attention to the W tokens before"),
-    ),
-    "--checkpoint": (
-        "checkpoint",
-        dict(
-            action="store_true",
-            help="lm: recompute layers in the backward pass and compute the loss in chunks "
-            "(same losses, less memory, about one more forward)",
-        ),
-    ),
-    "--accumulate": (
-        "accumulate",
-        dict(type=int, metavar="K", help="micro-batches per optimiser step, per process (1)"),
-    ),
-    "--dist-timeout": (
-        "dist_timeout",
-        dict(type=float, metavar="S", help="torchrun: seconds to wait for another process (300)"),
-    ),
+# option -> (TrainConfig field, help, argparse kwargs beyond those the field's type gives). The
+# defaults and choices shown come from TrainConfig (its fields, their resolution per task and
+# train.config.CHOICES), never written here.
+OPTIONS: dict[str, tuple[str, str, dict]] = {
+    "--data": ("data", "TSV (translate) or text (lm) file", dict(metavar="FILE")),
+    "--seed": ("seed", "seed of data, split, weights, dropout", {}),
+    "--vocab": ("vocab", "synthetic tasks: symbols", {}),
+    "--length": ("length", "synthetic tasks: longest sequence", {}),
+    "--min-length": ("min_length", "synthetic: shortest (default: --length // 2)", {}),
+    "--train-size": ("train_size", "synthetic: training examples", {}),
+    "--valid-size": ("valid_size", "synthetic: held-out examples", {}),
+    "--valid-fraction": ("valid_fraction", "files: the fraction held out (an lm stream: its "
+                         "tail; lm --lines: as the other tasks)", {}),
+    "--block-size": ("block_size", "lm: tokens per example", {}),
+    "--tokenizer": ("tokenizer", "tokenizer kind", {}),
+    "--vocab-size": ("vocab_size", "bpe vocabulary size", {}),
+    "--d-model": ("d_model", "model width", {}),
+    "--nhead": ("nhead", "attention heads", {}),
+    "--layers": ("layers", "layers per stack", {}),
+    "--dim-feedforward": ("dim_feedforward", "feed-forward width", {}),
+    "--dropout": ("dropout", "dropout", {}),
+    "--batch-size": ("batch_size", "sequences per batch", {}),
+    "--warmup": ("warmup", "warm-up steps of the schedule", {}),
+    "--lr-factor": ("lr_factor", "factor of the schedule", {}),
+    "--weight-decay": ("weight_decay", "AdamW weight decay on matrices only (Linear weights, "
+                       "embeddings; not biases or LayerNorm weights, as nanoGPT)", {}),
+    "--label-smoothing": ("label_smoothing", "label smoothing of the loss", {}),
+    "--clip": ("clip", "gradient-norm clipping, 0 = off", {}),
+    "--max-steps": ("max_steps", "stop at step N (a total, also on --resume)", {}),
+    "--max-minutes": ("max_minutes", "stop after M minutes of this invocation (on --resume: "
+                      "extra time)", {}),
+    "--log-every": ("log_every", "steps between log lines", {}),
+    "--eval-every": ("eval_every", "steps between evaluations", {}),
+    "--save-every": ("save_every", "steps between checkpoints", {}),
+    "--keep": ("keep", "checkpoints kept", {}),
+    "--threads": ("threads", "torch threads (more help only on an idle machine)", {}),
+    "--pack": ("pack", "pack several sequences into each row (lm, translate)", {}),
+    "--max-len": ("max_len", "tokens per row: packed rows (default: twice the longest training "
+                  "pair, rounded up to a multiple of 32; lm: --block-size), lm windows "
+                  "(= --block-size)", {}),
+    "--window": ("window", "lm: local attention to the W tokens before", dict(metavar="W")),
+    "--checkpoint": ("checkpoint", "lm: recompute layers in the backward pass and compute the "
+                     "loss in chunks (same losses, less memory, about one more forward)", {}),
+    "--accumulate": ("accumulate", "micro-batches per optimiser step, per process",
+                     dict(metavar="K")),
+    "--dist-timeout": ("dist_timeout", "torchrun: seconds to wait for another process",
+                       dict(metavar="S")),
     # issue 21: best/ and early stopping
-    "--best-metric": (
-        "best_metric",
-        dict(choices=("loss", "bleu", "exact"), help="what makes RUN/best: held-out loss "
-             "(default; with --eval-batches its estimate), BLEU, or exact: the loss over the "
-             "whole held-out split, scored when the estimate beats the best so far"),
-    ),
-    "--early-stop": (
-        "early_stop",
-        dict(type=int, help="stop after N evaluations without improvement of --best-metric"),
-    ),
+    "--best-metric": ("best_metric", "what makes RUN/best: held-out loss (with --eval-batches "
+                      "its estimate), BLEU, or exact: the loss over the whole held-out split, "
+                      "scored when the estimate beats the best so far", {}),
+    "--early-stop": ("early_stop", "stop after N evaluations without improvement of "
+                     "--best-metric", {}),
     # the language-model recipe (issue 20)
-    "--lines": ("lines", dict(action="store_true", help="lm: each line its own "
-                "example, joined by [EOS] (default: the file is one token stream)")),
-    "--lr": ("lr", dict(type=float, help="peak learning rate of cosine/constant (lm 4e-3, "
-             "others 1e-3)")),
-    "--schedule": ("schedule", dict(choices=SCHEDULES, help="learning-rate schedule")),
-    "--min-lr": ("min_lr", dict(type=float, help="cosine: final learning rate (--lr / 10)")),
-    "--betas": ("betas", dict(type=_betas, metavar="B1,B2", help="AdamW betas")),
-    "--tie-embeddings": ("tie_embeddings", dict(action=argparse.BooleanOptionalAction,
-                         help="output layer shares the embedding matrix (default: tied)")),
-    "--norm-first": ("norm_first", dict(action=argparse.BooleanOptionalAction,
-                     help="pre-LayerNorm layers (default: on)")),
-    "--bias": ("bias", dict(action=argparse.BooleanOptionalAction,
-               help="lm: biases in Linear and LayerNorm")),
-    "--activation": ("activation", dict(choices=("gelu", "relu"),
-                     help="feed-forward activation (lm gelu, others relu)")),
-    "--positions": ("positions", dict(choices=("sinusoidal", "learned"), help="lm: "
-                    "sinusoidal (x sqrt(d_model)) or learned (GPT-2, --block-size rows)")),
-    "--eval-batches": ("eval_batches", dict(type=int, help="lm: estimate the held-out loss "
-                       "from N random batches of held-out windows (nanoGPT's estimate_loss) "
-                       "instead of scoring the whole held-out split at each evaluation")),
-    "--bf16": ("bf16", dict(action="store_true", help="bfloat16 autocast (CPUs with native "
-               "bf16: AVX512-BF16, AMX or Arm bf16; GPUs with bf16: Ampere or newer)")),
-    "--fp16": ("fp16", dict(action="store_true", help="float16 autocast with gradient scaling "
-               "(CUDA; for GPUs without bf16)")),
-    "--compile": ("compile", dict(action="store_true", help="torch.compile the model (the "
-                  "first step includes the compile time, which is reported)")),
+    "--lines": ("lines", "lm: each line its own example, joined by [EOS] (default: the file is "
+                "one token stream)", {}),
+    "--lr": ("lr", "peak learning rate of cosine/constant", {}),
+    "--schedule": ("schedule", "learning-rate schedule", {}),
+    "--min-lr": ("min_lr", "cosine: final learning rate (default: --lr / 10)", {}),
+    "--betas": ("betas", "AdamW betas", dict(type=_betas, metavar="B1,B2")),
+    "--tie-embeddings": ("tie_embeddings", "output layer shares the embedding matrix",
+                         dict(action=argparse.BooleanOptionalAction)),
+    "--norm-first": ("norm_first", "pre-LayerNorm layers",
+                     dict(action=argparse.BooleanOptionalAction)),
+    "--bias": ("bias", "lm: biases in Linear and LayerNorm",
+               dict(action=argparse.BooleanOptionalAction)),
+    "--activation": ("activation", "feed-forward activation", {}),
+    "--positions": ("positions", "lm: sinusoidal (x sqrt(d_model)) or learned (GPT-2, "
+                    "--block-size rows)", {}),
+    "--eval-batches": ("eval_batches", "lm: estimate the held-out loss from N random batches "
+                       "of held-out windows (nanoGPT's estimate_loss) instead of scoring the "
+                       "whole held-out split at each evaluation", {}),
+    "--bf16": ("bf16", "bfloat16 autocast (CPUs with native bf16: AVX512-BF16, AMX or Arm bf16; "
+               "GPUs with bf16: Ampere or newer)", {}),
+    "--fp16": ("fp16", "float16 autocast with gradient scaling (CUDA; for GPUs without bf16)", {}),
+    "--compile": ("compile", "torch.compile the model (the first step includes the compile "
+                  "time, which is reported)", {}),
 }  # fmt: skip
-NAMES = {field: opt for opt, (field, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
+NAMES = {field: opt for opt, (field, _, _) in OPTIONS.items()} | {"task": "--task", "out": "--out"}
+RULES = frozenset({"data", "min_length", "min_lr", "max_len", "max_steps", "max_minutes", "lines"})
+"""Fields whose default is a rule the help states in words, or the verb's own (--max-steps)."""
+SHOWN_UNDER = {"lr": dict(schedule="constant")}
+"""The settings under which a field's default is shown (lr: under noam, the schedule sets it)."""
 
 DEFAULT_STEPS = 600
 SAMPLE_ITEMS = 50  # lines of train_sample.jsonl read for a prompt
@@ -210,7 +180,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--task", choices=("copy", "reverse", "sort", "lm", "translate"))
+    from attnkit.train.config import CHOICES, TrainConfig  # torch-free: a fast --help
+
+    p.add_argument("--task", choices=CHOICES["task"])
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/TASK[-N])")
     p.add_argument("--resume", metavar="DIR", help="checkpoint or run directory to continue")
     p.add_argument(
@@ -225,19 +197,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write TensorBoard event files to RUN/tensorboard (pip install "
         "'attnkit[tensorboard]')",
     )
-    from attnkit.train.config import LM_RECIPE, SEQ2SEQ_RECIPE, TASK_DEFAULTS
-
-    for opt, (field, kw) in OPTIONS.items():
-        kw = dict(kw)
-        if field in TASK_DEFAULTS["copy"]:  # defaults that depend on the task
-            per = ", ".join(f"{t} {TASK_DEFAULTS[t][field]}" for t in ("copy", "translate", "lm"))
-            kw["help"] = f"{kw['help']} (default: {per})"
-        elif field in LM_RECIPE:  # issue 31: the lm recipe and seed 003's
-            lm, other = _shown(LM_RECIPE[field]), _shown(SEQ2SEQ_RECIPE[field])
-            kw["help"] = f"{kw['help']} (default: lm {lm}, others {other})"
-        if kw.get("type") in (int, float):
-            kw.setdefault("metavar", "N" if kw["type"] is int else "X")
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    for opt, (name, text, extra) in OPTIONS.items():
+        kw = _from_type(str(fields[name].type)) | extra
+        if name in CHOICES:
+            kw["choices"] = CHOICES[name]
+        shown = _default_help(name) if kw.get("action") != "store_true" else None
+        kw["help"] = text if shown is None else f"{text} (default: {shown})"
         p.add_argument(opt, default=None, **kw)
+
+
+@functools.cache
+def _resolved(task: str, under: tuple[tuple[str, object], ...]) -> TrainConfig:
+    """TrainConfig's defaults for ``task`` (with the settings ``under``), resolved."""
+    from attnkit.train.config import TrainConfig
+
+    return TrainConfig(task=task, data="FILE", **dict(under)).resolved()
+
+
+def _from_type(annotation: str) -> dict:
+    """argparse's type and metavar for a TrainConfig field annotated ``annotation``."""
+    base = annotation.replace(" | None", "")
+    if base == "int":
+        return dict(type=int, metavar="N")
+    if base == "float":
+        return dict(type=float, metavar="X")
+    if base == "bool":
+        return dict(action="store_true")
+    return {}
+
+
+def _default_help(name: str) -> str | None:
+    """The default of TrainConfig field ``name`` as ``resolved()`` sets it for each task, in
+    words: ``3``, ``lm 128, others 64`` or ``copy 64, translate 128, lm 128``; None for the
+    fields of :data:`RULES` and those no task sets."""
+    if name in RULES:
+        return None
+    under = tuple(SHOWN_UNDER.get(name, {}).items())
+    per = {task: getattr(_resolved(task, under), name) for task in ("copy", "translate", "lm")}
+    if all(v is None for v in per.values()):
+        return None
+    if per["copy"] == per["translate"] == per["lm"]:
+        return _shown(per["lm"])
+    if per["copy"] == per["translate"]:
+        return f"lm {_shown(per['lm'])}, others {_shown(per['copy'])}"
+    return ", ".join(f"{task} {_shown(v)}" for task, v in per.items())
 
 
 def _fresh_out(task: str) -> Path:
@@ -252,28 +256,31 @@ def _fresh_out(task: str) -> Path:
 
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
-    from attnkit.train.config import LM_STEPS, TrainConfig
-    from attnkit.train.session import read_train_config
-    from attnkit.train.trainer import TrainingInterrupted, train
+    from attnkit.train.checkpoint import resolve
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.loop.trainer import TrainingInterrupted, train
+    from attnkit.train.recipes import LM_STEPS
 
-    given = {f: getattr(ns, o[2:].replace("-", "_")) for o, (f, _) in OPTIONS.items()}
+    given = {f: getattr(ns, o[2:].replace("-", "_")) for o, (f, _, _) in OPTIONS.items()}
     given = {k: v for k, v in given.items() if v is not None}
     if ns.task is not None:
         given["task"] = ns.task
+    resumed = None
     with option_names(NAMES):
         if ns.resume is not None:
-            base = read_train_config(ns.resume)
-            out = Path(ns.out) if ns.out else _run_dir_of(ns.resume)
+            resumed = resolve(ns.resume)  # found and verified once, for this verb and the run
+            base = resumed.train_config
+            out = Path(ns.out) if ns.out else resumed.run_dir
         else:
             base = TrainConfig()
             if "task" not in given:
                 steps = given.setdefault("max_steps", DEFAULT_STEPS)
+                copy = dataclasses.replace(base, **given).resolved()  # the values it will use
                 print(
-                    "no --task given: training the built-in copy task (vocabulary "
-                    f"{given.get('vocab', 10)}, length {given.get('length', 10)}, shortest "
-                    f"{given.get('min_length', max(1, given.get('length', 10) // 2))}, "
-                    f"{given.get('train_size', 20000)} generated training sequences, "
-                    f"{given.get('valid_size', 200)} held out) for at most {steps} steps"
+                    f"no --task given: training the built-in copy task (vocabulary {copy.vocab}, "
+                    f"length {copy.length}, shortest {copy.min_length}, {copy.train_size} "
+                    f"generated training sequences, {copy.valid_size} held out) for at most "
+                    f"{steps} steps"
                 )
             elif given["task"] == "lm" and "max_steps" not in given:
                 given["max_steps"] = LM_STEPS  # the cosine schedule decays over it
@@ -290,11 +297,11 @@ def run(ns: argparse.Namespace) -> int:
         mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
         try:
             with on_device(ns.device):
-                train(config, out, resume=ns.resume, progress=mode, tensorboard=ns.tensorboard)
+                train(config, out, resume=resumed, progress=mode, tensorboard=ns.tensorboard)
         except TrainingInterrupted as e:
             print(e, file=sys.stderr)
             return 130
-    from attnkit.train.distributed import is_main_process
+    from attnkit.train.loop.distributed import is_main_process
 
     if not is_main_process():  # under torchrun only rank 0 writes and reports
         return 0
@@ -321,12 +328,6 @@ def _summary(log: Path) -> None:
         print(f"step {r['step']}: " + ", ".join(parts))
 
 
-def _run_dir_of(resume: str) -> Path:
-    from attnkit.train.checkpoint import find_checkpoint
-
-    return find_checkpoint(resume).parent
-
-
 def _trained_example(out: Path) -> str:
     """A source sentence the model of run ``out`` was trained on, quoted for a shell."""
     import shlex
@@ -339,11 +340,16 @@ def _trained_example(out: Path) -> str:
 
 
 def _shown(value: object) -> str:
-    """A default as the user types it: (0.9, 0.99) -> 0.9,0.99; True -> on."""
+    """A default as the user types it: (0.9, 0.99) -> 0.9,0.99; True -> on; 300.0 -> 300;
+    None -> none."""
+    if value is None:
+        return "none"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
+        return ",".join(_shown(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
     return str(value)
 
 
@@ -353,7 +359,7 @@ def _lm_prompt(out: Path) -> str:
     import shlex
 
     from attnkit.train.checkpoint import find_checkpoint
-    from attnkit.train.lm_generate import suggested_prompt
+    from attnkit.train.inference.lm_generate import suggested_prompt
 
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
     lines = sample.read_text(encoding="utf-8").splitlines() if sample.is_file() else []

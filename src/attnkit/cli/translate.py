@@ -110,7 +110,7 @@ def _check(ns: argparse.Namespace) -> None:
 
 
 def _inputs(ns: argparse.Namespace) -> list[str]:
-    from attnkit.train.data import DataError, read_lines
+    from attnkit.train.data.sources import DataError, read_lines
 
     if ns.input is not None:
         try:
@@ -126,7 +126,7 @@ def _inputs(ns: argparse.Namespace) -> list[str]:
 
 
 def _check_vocabulary(tok, lines: list[str], strict: bool, seen: str | None) -> None:
-    from attnkit.train.tokenizer import unknown_words
+    from attnkit.train.data.tokenizer import unknown_words
 
     unknown = [w for s in lines for w in unknown_words(tok, s, seen)]
     if not unknown:
@@ -154,7 +154,7 @@ def run(ns: argparse.Namespace) -> int:
 def _run(ns: argparse.Namespace) -> int:
     """Decode; 0 on success."""
     from attnkit.terminal import printable  # only line breaks and control characters escaped
-    from attnkit.train import metrics, session
+    from attnkit.train.inference import metrics, session
 
     _check(ns)
     lines = _inputs(ns)  # a missing --input is reported before the checkpoint is read
@@ -225,7 +225,7 @@ def _write_view(loaded, source: str, output: str, path: str) -> None:
     token t, and is labelled with it."""
     import torch
 
-    from attnkit.train.tasks import seq2seq_example
+    from attnkit.train.data.tasks import seq2seq_example
     from attnkit.viz import html
     from attnkit.viz.weights import seq2seq_attentions
 

@@ -144,7 +144,7 @@ def run(ns: argparse.Namespace) -> int:
     from attnkit.cli.support import model_attentions as ma
 
     with o.on_device(ns.device):  # --device checked before the model is loaded
-        from attnkit.train.device import current
+        from attnkit.devices import current
 
         chosen = ma.choose(ns.model, ns.download, current())
         result = ma.attentions(chosen, text)  # the weights: host tensors, for the page

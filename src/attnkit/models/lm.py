@@ -11,7 +11,7 @@ Shape legend
 
 Token tensors are integer (B, L); positions equal to ``pad_id`` are never attended to.
 
-Packed rows (several sequences in one row, :mod:`attnkit.train.packing`): ``forward`` takes
+Packed rows (several sequences in one row, :mod:`attnkit.train.data.packing`): ``forward`` takes
 per-token ``doc_ids`` and ``position_ids`` (B, L); attention then stays inside each document
 (``document(doc_ids) & causal()``) and positions restart at every document. With
 ``LMConfig.window`` the causal mask is local: ``sliding_window(window, 0)``, in training and in

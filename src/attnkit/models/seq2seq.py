@@ -11,7 +11,7 @@ Token tensors are integer (B, L). Padding: source positions are padding where ``
 (or, when ``src_lengths`` (B,) is given, positions ``>= src_lengths[b]``); padded source
 positions are never attended to. Target padding is found from ``pad_id`` the same way.
 
-Packed rows (several pairs in one row, :mod:`attnkit.train.packing`): ``forward`` takes
+Packed rows (several pairs in one row, :mod:`attnkit.train.data.packing`): ``forward`` takes
 ``src_doc_ids`` (B, S) and ``tgt_doc_ids`` (B, T), and optionally ``src_position_ids`` /
 ``tgt_position_ids``: the encoder attends with ``document(src_doc_ids)``, the decoder with
 ``document(tgt_doc_ids) & causal()``, cross-attention with ``document(tgt_doc_ids,

@@ -1,15 +1,11 @@
 """Training Transformers on tasks (copy, reverse, sort, lm, translate) built on
 :mod:`attnkit.nn` / :mod:`attnkit.models`.
 
-Files, in dependency order: ``data`` (reading files, synthetic tasks, the held-out split),
-``tokenizer`` (``tokenizers`` models trained on the split), ``config`` (:class:`TrainConfig`),
-``loss`` (the one token cross-entropy, and its chunked form), ``packing`` (packed rows),
-``tasks`` (config -> ids and model), ``batches`` (length buckets as a function of seed and
-epoch), ``schedule`` (warm-up), ``state`` (optimiser and RNG state as tensors + JSON),
-``checkpoint`` (atomic directories, verification), ``session`` (what a checkpoint holds, loading
-it), ``metrics`` (exact match, BLEU/chrF, perplexity, decoding helpers), ``progress`` (the bar),
-``distributed`` (torchrun), ``steps`` (one optimiser step, one evaluation, activation
-checkpointing), ``trainer`` (the loop).
+Layers, bottom first: ``config`` (:class:`TrainConfig`) and ``loss`` (the one token
+cross-entropy); :mod:`attnkit.train.data` (files, synthetic tasks, tokenisers, streams, packed
+rows, batches); :mod:`attnkit.train.inference` (evaluation, decoding, scoring: what the verbs
+that use a trained model import); :mod:`attnkit.train.loop` (the training run, checkpoints,
+several processes). Each imports only the layers below it.
 
     from attnkit.train import TrainConfig, train, load
     ckpt = train(TrainConfig(task="copy", max_steps=600), "runs/copy")
@@ -27,14 +23,14 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "TrainConfig": "attnkit.train.config",
-        "load": "attnkit.train.session",
-        "train": "attnkit.train.trainer",
+        "load": "attnkit.train.inference.session",
+        "train": "attnkit.train.loop.trainer",
     },
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnkit.train.config import TrainConfig
-    from attnkit.train.session import load
-    from attnkit.train.trainer import train
+    from attnkit.train.inference.session import load
+    from attnkit.train.loop.trainer import train
 
 __all__ = ["TrainConfig", "load", "train"]

@@ -29,15 +29,22 @@ import json
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+
+from attnkit.train.config import TrainConfig
 
 __all__ = [
     "BEST",
+    "BEST_RECORD",
     "FORMAT",
+    "KINDS",
+    "Checkpoint",
     "CheckpointError",
     "find_checkpoint",
     "list_checkpoints",
     "read_json",
+    "resolve",
     "verify",
     "write_best",
     "write_checkpoint",
@@ -47,6 +54,10 @@ FORMAT = "attnkit-checkpoint/1"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 BEST = "best"
 """The run's best checkpoint so far (by held-out loss, or BLEU): a checkpoint like the others."""
+BEST_RECORD = "best.json"
+"""In ``best/``: the :class:`~attnkit.train.best.Best` record (metric, value, step)."""
+KINDS = ("seq2seq", "lm")
+SECTIONS = {"model": "model's sizes", "train": "training options"}
 
 
 class CheckpointError(ValueError):
@@ -187,3 +198,43 @@ def verify(ckpt: Path) -> dict:
         if _sha256(f) != digest:
             raise CheckpointError(f"{f}: corrupted checkpoint (SHA-256 differs from manifest.json)")
     return manifest
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint found, verified against its manifest and its config.json read, once:
+    ``path`` (the checkpoint directory), ``run_dir`` (the run directory that holds it: where a
+    resumed run writes), ``kind`` (:data:`KINDS`), ``step``, ``model_config`` (the model's
+    sizes) and ``train_config``. What ``attnkit train --resume``, the training run and
+    :func:`attnkit.train.inference.session.load` share, so that nothing is hashed twice."""
+
+    path: Path
+    run_dir: Path
+    kind: str
+    step: int
+    model_config: dict
+    train_config: TrainConfig
+
+
+def resolve(path: str | Path, *, best: bool = False) -> Checkpoint:
+    """The checkpoint at ``path`` (a checkpoint or run directory, :func:`find_checkpoint`'s
+    rule) as a :class:`Checkpoint`: every file checked against the manifest (one SHA-256 pass)
+    and config.json read and checked. CheckpointError naming the file when anything is wrong."""
+    ckpt = find_checkpoint(path, best=best)
+    verify(ckpt)
+    cfg_path = ckpt / "config.json"
+    cfg = read_json(cfg_path)
+    if cfg.get("format") != FORMAT or cfg.get("kind") not in KINDS:
+        raise CheckpointError(f"{cfg_path}: not an attnkit checkpoint config")
+    for section in ("model", "train"):
+        if not isinstance(cfg.get(section), dict):
+            raise CheckpointError(
+                f"{cfg_path}: the config has no {section!r} section (the {SECTIONS[section]}), "
+                "so no model can be built from it"
+            )
+    try:
+        train_config = TrainConfig.from_dict(cfg["train"], str(cfg_path))
+        step = int(cfg["step"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{cfg_path}: invalid checkpoint config ({e})") from None
+    return Checkpoint(ckpt, ckpt.parent, cfg["kind"], step, cfg["model"], train_config)

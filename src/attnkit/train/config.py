@@ -1,6 +1,7 @@
 """The configuration of a training run: one dataclass, saved as JSON with every checkpoint.
 
-Fields left at None take the task's default (:data:`TASK_DEFAULTS`) in :meth:`TrainConfig.resolved`.
+Fields left at None take the task's default (:mod:`attnkit.train.recipes`) in
+:meth:`TrainConfig.resolved`.
 *Identity* fields (the task, data, tokenizer, model and optimiser) must match when a run resumes;
 *run* fields (:data:`RUN_FIELDS`: how long, how often to log, evaluate and save) may change.
 """
@@ -20,19 +21,20 @@ from attnkit.checks import (
     positive_int,
     probability,
 )
+from attnkit.train.recipes import LM_LR, LM_RECIPE, LM_STEPS, SEQ2SEQ_RECIPE, TASK_DEFAULTS
 
-__all__ = [
-    "LM_LR",
-    "LM_RECIPE",
-    "LM_STEPS",
-    "RUN_FIELDS",
-    "SEQ2SEQ_RECIPE",
-    "TASKS",
-    "TASK_DEFAULTS",
-    "TrainConfig",
-]
+__all__ = ["CHOICES", "RUN_FIELDS", "TASKS", "TrainConfig", "recipe_summary"]
 
 TASKS = ("copy", "reverse", "sort", "lm", "translate")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "task": TASKS,
+    "tokenizer": ("word", "char", "bpe"),
+    "best_metric": ("loss", "bleu", "exact"),
+    "schedule": ("noam", "cosine", "constant"),
+    "activation": ("gelu", "relu"),
+    "positions": ("sinusoidal", "learned"),
+}
+"""The values a field of text takes (checked by :meth:`TrainConfig.validate`; the CLI's choices)."""
 
 RUN_FIELDS = frozenset(
     {"max_steps", "max_minutes", "log_every", "eval_every", "save_every", "keep", "threads"}
@@ -40,67 +42,6 @@ RUN_FIELDS = frozenset(
 RUN_FIELDS |= {"best_metric", "early_stop"}  # issue 21: best/ and early stopping
 RUN_FIELDS |= {"eval_batches"}  # issue 31: nanoGPT's estimate of the held-out loss
 RUN_FIELDS |= {"compile"}  # issue 30: how the same model runs, not what it is
-
-_SYNTHETIC = dict(
-    tokenizer="word",
-    d_model=64,
-    nhead=4,
-    layers=2,
-    dim_feedforward=256,
-    dropout=0.0,
-    batch_size=64,
-    warmup=100,
-    lr_factor=1.0,
-)
-TASK_DEFAULTS: dict[str, dict] = {
-    "copy": _SYNTHETIC,
-    "reverse": _SYNTHETIC,
-    "sort": _SYNTHETIC,
-    "translate": dict(
-        tokenizer="bpe",
-        d_model=128,
-        nhead=4,
-        layers=2,
-        dim_feedforward=512,
-        dropout=0.1,
-        batch_size=64,
-        warmup=400,
-        lr_factor=1.0,
-    ),
-    "lm": dict(  # benchmarks/lm_race.py's BEST (nanoGPT's CPU recipe, windows of 128)
-        tokenizer="char",
-        d_model=128,
-        nhead=4,
-        layers=4,
-        dim_feedforward=512,
-        dropout=0.0,
-        batch_size=8,
-        warmup=100,
-        lr_factor=1.0,
-    ),
-}
-
-SEQ2SEQ_RECIPE = dict(
-    block_size=64, schedule="noam", betas=(0.9, 0.98), bias=True, positions="sinusoidal",
-    weight_decay=0.0,
-)  # fmt: skip
-"""Seed 003's recipe: the default of every task but lm, and of configs saved before issue 31."""
-
-LM_RECIPE = dict(
-    block_size=128, schedule="cosine", betas=(0.9, 0.99), bias=False, positions="learned",
-    weight_decay=0.1,
-)  # fmt: skip
-"""The lm task's recipe (issue 31): the one that measured best in ``benchmarks/lm_race.py``
-(nanoGPT's: cosine schedule, betas 0.9/0.99, weight decay 0.1, no biases; windows of 128),
-GPT-2-shaped (learned positions, no output bias) so ``attnkit export --to hf`` accepts it."""
-
-LM_LR = 4e-3
-"""The lm task's peak learning rate with a cosine or constant schedule (``BEST``; others 1e-3)."""
-
-LM_STEPS = 5000
-"""The lm task's ``max_steps`` when neither it nor ``max_minutes`` is given (and always in
-``attnkit train --task lm`` without --max-steps): the cosine schedule's length (nanoGPT's
-shakespeare_char ``max_iters``)."""
 
 
 @dataclass
@@ -119,7 +60,7 @@ class TrainConfig:
     ``batch_size`` sequences.
     Packing and long context: ``pack`` several sequences into each row of ``max_len`` tokens
     (document masks keep them apart, positions restart; default row: lm ``block_size``, the
-    encoder-decoder tasks :func:`attnkit.train.packing.default_row_length` of the training
+    encoder-decoder tasks :func:`attnkit.train.data.packing.default_row_length` of the training
     pairs, twice the longest rounded up to a multiple of 32, chosen when the data is read);
     ``max_len`` for lm is also its training window (it replaces ``block_size``); ``window``: the
     lm attends locally, each token to itself and the ``window`` tokens before it;
@@ -130,7 +71,7 @@ class TrainConfig:
     invocation's budget: on resume, extra time) (None = no limit; at least one must be set),
     logging, evaluation and checkpoint intervals in steps, ``keep`` last checkpoints, torch
     ``threads`` (None = torch's default).
-    Several processes (torchrun, :mod:`attnkit.train.distributed`): each optimiser step
+    Several processes (torchrun, :mod:`attnkit.train.loop.distributed`): each optimiser step
     accumulates gradients over ``accumulate`` micro-batches of ``batch_size`` per process, so a
     step sees processes x accumulate x batch_size sequences; ``dist_timeout`` seconds bound
     every wait for another process.
@@ -140,19 +81,20 @@ class TrainConfig:
     BLEU, encoder-decoder tasks) decides ``best/``; ``early_stop`` N stops after N evaluations
     in a row without improvement (None = never).
     Language models (issue 20): ``lines`` False (the default for lm, unless ``pack``) reads the
-    file as one token stream (:mod:`attnkit.train.stream`: random windows, the contiguous tail
+    file as one token stream (:mod:`attnkit.train.data.stream`: random windows, the contiguous tail
     held out, ``valid_fraction`` 0.1; lines mode 0.05); ``schedule`` noam, cosine or constant
-    (:mod:`attnkit.train.schedule`: ``lr`` peak, default 1e-3, ``min_lr`` floor, default lr/10;
+    (:mod:`attnkit.train.loop.schedule`: ``lr`` peak, default 1e-3, ``min_lr`` floor, default lr/10;
     cosine decays over ``max_steps``); AdamW ``betas``; ``weight_decay`` on matrices only
-    (:mod:`attnkit.train.optim`); model ``tie_embeddings`` (default True), ``norm_first``,
+    (:mod:`attnkit.train.loop.optim`); model ``tie_embeddings`` (default True), ``norm_first``,
     ``bias``, ``activation`` (lm gelu, seq2seq relu); ``bf16`` autocast (CPUs with native bf16).
     ``positions`` (lm, issue 21): "sinusoidal" or "learned" (GPT-2 / nanoGPT: a learned table of
     ``block_size`` rows, embeddings not scaled; :mod:`attnkit.models.lm_positions`).
-    Recipe defaults (issue 31): the lm task takes :data:`LM_RECIPE` (cosine, lr 4e-3, betas
-    0.9/0.99, weight decay 0.1, no biases, learned positions, windows of 128: exportable as
-    GPT-2), every other task :data:`SEQ2SEQ_RECIPE` (seed 003's). ``eval_batches`` N (lm
-    stream): each evaluation is nanoGPT's estimate from N random batches of held-out windows
-    instead of the whole held-out split (``attnkit evaluate`` always scores it all).
+    Recipe defaults (issue 31, :mod:`attnkit.train.recipes`): the lm task takes ``LM_RECIPE``
+    (cosine, lr 4e-3, betas 0.9/0.99, weight decay 0.1, no biases, learned positions, windows
+    of 128: exportable as GPT-2), every other task ``SEQ2SEQ_RECIPE`` (seed 003's).
+    ``eval_batches`` N (lm stream): each evaluation is nanoGPT's estimate from N random batches
+    of held-out windows instead of the whole held-out split (``attnkit evaluate`` always scores
+    it all).
     """
 
     task: str = "copy"
@@ -213,7 +155,7 @@ class TrainConfig:
     def resolved(self) -> TrainConfig:
         """A validated copy with the task's defaults filled in."""
         c = dataclasses.replace(self)
-        choice("task", c.task, TASKS)
+        choice("task", c.task, CHOICES["task"])
         for k, v in TASK_DEFAULTS[c.task].items():
             if getattr(c, k) is None:
                 setattr(c, k, v)
@@ -227,7 +169,7 @@ class TrainConfig:
         if c.max_len is not None and positive_int("max_len", c.max_len) and c.task == "lm":
             c.block_size = c.max_len  # one length for lm windows and packed rows
         if c.pack is True and c.max_len is None and c.task == "lm":
-            c.max_len = c.block_size  # seq2seq: from the data (attnkit.train.tasks.prepare)
+            c.max_len = c.block_size  # seq2seq: from the data (attnkit.train.data.tasks.prepare)
         _resolve_lm_recipe(c)
         if c.data is not None:  # one spelling per file, whatever the working directory
             c.data = str(Path(c.data).expanduser().resolve())
@@ -236,7 +178,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise TypeError/ValueError naming the first bad field."""
-        choice("tokenizer", self.tokenizer, ("word", "char", "bpe"))
+        choice("tokenizer", self.tokenizer, CHOICES["tokenizer"])
         nonnegative_int("seed", self.seed)
         for name in ("vocab", "length", "min_length", "train_size", "valid_size"):
             positive_int(name, getattr(self, name))
@@ -289,7 +231,7 @@ class TrainConfig:
                 f"checkpoint: activation checkpointing is for the lm task, got task {self.task!r}"
             )
         positive_float("dist_timeout", self.dist_timeout)
-        choice("best_metric", self.best_metric, ("loss", "bleu", "exact"))
+        choice("best_metric", self.best_metric, CHOICES["best_metric"])
         if self.best_metric == "bleu" and self.task == "lm":
             raise ValueError("best_metric: BLEU needs an encoder-decoder task, got task 'lm'")
         if self.early_stop is not None:
@@ -333,6 +275,32 @@ class TrainConfig:
         return out
 
 
+def recipe_summary(c: TrainConfig) -> str:
+    """One line naming a resolved config's optimiser, schedule and model options (printed by
+    ``attnkit train`` and ``attnkit evaluate``; the checkpoint's config.json holds them all)."""
+    if c.schedule == "noam":
+        lr = f"noam schedule (factor {c.lr_factor:g}, warm-up {c.warmup})"
+    else:
+        lr = f"{c.schedule} schedule, lr {c.lr:g}"
+        lr += f" -> {c.min_lr:g}" if c.schedule == "cosine" else ""
+        lr += f", warm-up {c.warmup}"
+    parts = [
+        lr,
+        f"AdamW betas {c.betas[0]:g},{c.betas[1]:g}",
+        f"weight decay {c.weight_decay:g} (matrices)",
+        f"clip {c.clip:g}",
+        f"dropout {c.dropout:g}",
+        f"label smoothing {c.label_smoothing:g}",
+        "pre-LN" if c.norm_first else "post-LN",
+        c.activation,
+        "biases" if c.bias else "no biases",
+        "tied embeddings" if c.tie_embeddings else "untied embeddings",
+        f"{c.positions} positions",
+        "bf16 autocast" if c.bf16 else "fp16 autocast, scaled gradients" if c.fp16 else "float32",
+    ]
+    return "recipe: " + ", ".join(parts)
+
+
 def _resolve_lm_recipe(c: TrainConfig) -> None:
     """Fill the language-model recipe's defaults in place (see :class:`TrainConfig`)."""
     if c.lines is None:
@@ -357,8 +325,8 @@ def _validate_lm_recipe(c: TrainConfig) -> None:
         flag(name, getattr(c, name))
     if c.bf16 and c.fp16:
         raise ValueError("fp16: choose --bf16 or --fp16, not both")
-    choice("schedule", c.schedule, ("noam", "cosine", "constant"))
-    choice("activation", c.activation, ("gelu", "relu"))
+    choice("schedule", c.schedule, CHOICES["schedule"])
+    choice("activation", c.activation, CHOICES["activation"])
     if c.schedule == "noam" and c.lr is not None:
         raise ValueError(
             f"lr: the noam schedule sets its own peak (--lr-factor); got lr={c.lr}; use "
@@ -375,7 +343,7 @@ def _validate_lm_recipe(c: TrainConfig) -> None:
         raise ValueError(f"betas: expected two numbers in [0, 1), got {c.betas!r}")
     if not c.lines and c.task != "lm":
         raise ValueError(f"lines: stream training is for the lm task, got task {c.task!r}")
-    choice("positions", c.positions, ("sinusoidal", "learned"))
+    choice("positions", c.positions, CHOICES["positions"])
     if c.positions != "sinusoidal" and c.task != "lm":
         raise ValueError(f"positions: learned positions are for the lm task, got task {c.task!r}")
     if not c.bias and c.task != "lm":

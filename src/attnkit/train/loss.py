@@ -1,10 +1,12 @@
 """The one token cross-entropy of training and evaluation: the sum of the token losses of every
-target that is not PAD, optionally divided by their number.
+target that is not padding, optionally divided by their number. The padding id (``pad_id``) is
+the caller's tokenizer's: this module imports no tokenizer.
 
 Every loss in :mod:`attnkit.train` goes through :func:`token_cross_entropy`: the trainer's step
-(sum, normalised later over all micro-batches and processes), :func:`attnkit.train.packing.
-packed_loss` (mean), the held-out NLL of :mod:`attnkit.train.metrics` (sum, in float64) and the
-per-sequence losses of packed batches (per token).
+(sum, normalised later over all micro-batches and processes),
+:func:`attnkit.train.data.packing.packed_loss` (mean), the held-out NLL of
+:mod:`attnkit.train.inference.metrics` (sum, in float64) and the per-sequence losses of packed
+batches (per token).
 
 :func:`chunked_head_loss` computes the same sum from the hidden states before the generator, a
 chunk of rows at a time, each chunk recomputed in the backward pass: the full (N, V) logits,
@@ -23,7 +25,6 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from attnkit import checks
-from attnkit.train.tokenizer import PAD
 
 __all__ = ["REDUCTIONS", "chunked_head_loss", "token_cross_entropy"]
 
@@ -34,12 +35,14 @@ def token_cross_entropy(
     logits: Tensor,
     targets: Tensor,
     *,
+    pad_id: int,
     label_smoothing: float = 0.0,
     reduction: str = "sum",
     dtype: torch.dtype | None = None,
     count: int | None = None,
 ) -> tuple[Tensor, int]:
-    """(loss, number of non-PAD targets) of logits (..., V) against targets (...).
+    """(loss, number of non-PAD targets) of logits (..., V) against targets (...); PAD is
+    ``pad_id``, the id of the tokenizer's padding token.
 
     ``reduction``: "sum" (a 0-dim tensor: the summed token losses), "mean" (that sum divided by
     the number of non-PAD targets, 0 when there is none) or "none" (the token losses, shaped
@@ -48,6 +51,7 @@ def token_cross_entropy(
     casts the logits first (e.g. float64 for evaluation sums). ``count``: the number of non-PAD
     targets when the caller counted them on the host, so that nothing is read back from a GPU
     (it is then returned as given)."""
+    checks.nonnegative_int("pad_id", pad_id)
     checks.probability("label_smoothing", label_smoothing)
     checks.choice("reduction", reduction, REDUCTIONS)
     if logits.shape[:-1] != targets.shape:
@@ -59,11 +63,11 @@ def token_cross_entropy(
     if dtype is not None:
         flat = flat.to(dtype)
     if count is None:
-        count = int((targets != PAD).sum())
+        count = int((targets != pad_id).sum())
     loss = F.cross_entropy(
         flat,
         targets.reshape(-1),
-        ignore_index=PAD,
+        ignore_index=pad_id,
         label_smoothing=label_smoothing,
         reduction="none" if reduction == "none" else "sum",
     )
@@ -74,8 +78,10 @@ def token_cross_entropy(
     return loss, count
 
 
-def _chunk_sum(hidden: Tensor, targets: Tensor, head: torch.nn.Module, smoothing: float) -> Tensor:
-    return token_cross_entropy(head(hidden), targets, label_smoothing=smoothing)[0]
+def _chunk_sum(
+    hidden: Tensor, targets: Tensor, head: torch.nn.Module, pad_id: int, smoothing: float
+) -> Tensor:
+    return token_cross_entropy(head(hidden), targets, pad_id=pad_id, label_smoothing=smoothing)[0]
 
 
 def chunked_head_loss(
@@ -83,6 +89,7 @@ def chunked_head_loss(
     targets: Tensor,
     head: torch.nn.Module,
     *,
+    pad_id: int,
     label_smoothing: float = 0.0,
     chunk: int = 1024,
 ) -> tuple[Tensor, int]:
@@ -93,6 +100,7 @@ def chunked_head_loss(
     in the backward pass (``torch.utils.checkpoint``, ``use_reentrant=False``), so at most one
     chunk's (chunk, V) logits exist at a time. The head must be deterministic (no dropout)."""
     checks.positive_int("chunk", chunk)
+    checks.nonnegative_int("pad_id", pad_id)
     checks.probability("label_smoothing", label_smoothing)
     if hidden.shape[:-1] != targets.shape:
         raise ValueError(
@@ -108,8 +116,9 @@ def chunked_head_loss(
             h[s : s + chunk],
             y[s : s + chunk],
             head,
+            pad_id,
             label_smoothing,
             use_reentrant=False,
         )
         total = total + part
-    return total, int((y != PAD).sum())
+    return total, int((y != pad_id).sum())

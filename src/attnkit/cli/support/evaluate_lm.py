@@ -1,6 +1,7 @@
 """``attnkit evaluate`` on a language model: nats per token over the whole held-out stream (or
 ``--data FILE`` read as one stream), bits per character for a char-level tokenizer, the add-one
-unigram baseline beside it, and ``perplexity=VALUE`` last (see :mod:`attnkit.train.lm_eval`)."""
+unigram baseline beside it, and ``perplexity=VALUE`` last (see
+:mod:`attnkit.train.inference.lm_eval`)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ def _char_level(tok) -> bool:
 def run(loaded, ns: argparse.Namespace) -> int:
     """Score the checkpoint ``loaded`` as ``ns`` says (``--data``, ``--split``, ``--stride``);
     0 on success."""
-    from attnkit.train import metrics
-    from attnkit.train import tokenizer as tk
-    from attnkit.train.data import DataError, read_text
-    from attnkit.train.lm_eval import score_stream, unigram_nats
-    from attnkit.train.optim import recipe_summary
-    from attnkit.train.stream import split_text
+    from attnkit.train.config import recipe_summary
+    from attnkit.train.data import tokenizer as tk
+    from attnkit.train.data.sources import DataError, read_text
+    from attnkit.train.data.stream import split_text
+    from attnkit.train.inference import metrics
+    from attnkit.train.inference.lm_eval import score_stream, unigram_nats
 
     c = loaded.train_config.resolved()
     if ns.beam != 1 or ns.length_penalty != 0:  # was silently ignored

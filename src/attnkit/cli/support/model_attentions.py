@@ -47,7 +47,9 @@ class ChosenModel:
     name: str
     native: Any
     hf: Any
-    own: Any = None  # issue 31: an attnkit run's checkpoint (attnkit.train.session.Loaded)
+    own: Any = (
+        None  # issue 31: an attnkit run's checkpoint (attnkit.train.inference.session.Loaded)
+    )
 
 
 def choose(model: str, download: bool = False, device: Any = None) -> ChosenModel:

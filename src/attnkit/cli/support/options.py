@@ -126,8 +126,8 @@ DEVICE = Option("--device", "device", None, dict(default="cpu", metavar="DEVICE"
 @contextlib.contextmanager
 def on_device(name: str) -> Iterator[None]:
     """Check ``--device`` (a UsageError naming it when this machine has no such device), then
-    run the block with that device as torch's default (:mod:`attnkit.train.device`)."""
-    from attnkit.train.device import resolve, use_device
+    run the block with that device as torch's default (:mod:`attnkit.devices`)."""
+    from attnkit.devices import resolve, use_device
 
     with renamed(DEVICE):
         device = resolve(name)

@@ -31,11 +31,12 @@ def is_run(path: Path) -> bool:
 
 
 def load(path: Path) -> Any:
-    """The run's best checkpoint (else its last) as a :class:`~attnkit.train.session.Loaded`."""
+    """The run's best checkpoint (else its last) as a
+    :class:`~attnkit.train.inference.session.Loaded`."""
     import sys
 
     from attnkit.cli.support.common import one_line
-    from attnkit.train import session
+    from attnkit.train.inference import session
 
     loaded = session.load(path, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)  # as generate says
@@ -85,8 +86,8 @@ def own_attentions(loaded: Any, name: str, text: str) -> Any:
         )
     import torch
 
-    from attnkit.train.metrics import translate
-    from attnkit.train.tasks import seq2seq_example
+    from attnkit.train.data.tasks import seq2seq_example
+    from attnkit.train.inference.metrics import translate
     from attnkit.viz.weights import seq2seq_attentions
 
     output = translate(loaded.model, tok, [text])[0]
