@@ -7,6 +7,7 @@
 - ``tuning/``: the machine-dependent constants in use, their store and ``attnkit tune``'s rules;
 - the backends, each standing alone: ``dense``, ``math``, ``blocksparse/``, ``decode/``,
   ``additive/`` (``additive_fused``, ``additive_chunked``), ``flex/``;
+- ``dropout/``: the layers' element-wise dropout (``attnkit.nn.Dropout``; no attention backend);
 - ``registry`` (``BACKENDS``: name -> backend instance) and ``dispatch`` (the preference order,
   ``preference(kind)``, the choice of backend and the policy stage around it) on top.
 

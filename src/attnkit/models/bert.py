@@ -37,6 +37,7 @@ from attnkit.models import hf_loading as hf
 from attnkit.models.bert_config import BertConfig
 from attnkit.models.bert_inputs import BertInputs
 from attnkit.models.hf_loading import SentencePooling
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.encoder import TransformerEncoderLayer
 from attnkit.nn.projection import pack_legacy, unpack
 from attnkit.tensor_checks import float_dtype
@@ -87,7 +88,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = _embedding(config.max_position_embeddings, e)
         self.token_type_embeddings = _embedding(config.type_vocab_size, e)
         self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit import checks
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.positional import SinusoidalPositionalEncoding
 
 __all__ = ["POSITIONS", "LMPositions"]
@@ -49,7 +50,7 @@ class LMPositions(nn.Module):
         self.kind = checks.choice("positions", kind, POSITIONS)
         self.max_len = checks.positive_int("max_len", max_len)
         self.scale = math.sqrt(d_model) if kind == "sinusoidal" else 1.0
-        self.dropout = nn.Dropout(checks.probability("dropout", dropout))
+        self.dropout = Dropout(checks.probability("dropout", dropout))
         self.sinusoid: SinusoidalPositionalEncoding | None = None
         if kind == "learned":
             self.weight = nn.Parameter(torch.empty(max_len, d_model))

@@ -7,6 +7,7 @@ Shape legend: ``B`` batch, ``L``/``Lq``/``Lk`` lengths, ``E`` embedding width, `
 from attnkit.nn.additive import AdditiveAttention, GeneralAttention
 from attnkit.nn.attention import MultiHeadAttention
 from attnkit.nn.cache import DecoderCache, DecoderLayerCache, KVCache
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.positional import (
     ALiBi,
     ALiBiMask,
@@ -29,6 +30,7 @@ __all__ = [
     "AdditiveAttention",
     "DecoderCache",
     "DecoderLayerCache",
+    "Dropout",
     "GeneralAttention",
     "KVCache",
     "LearnedPositionalEmbedding",

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from attnkit.masks import Mask
 from attnkit.nn.attention import MultiHeadAttention
 from attnkit.nn.cache import DecoderCache, DecoderLayerCache
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.transformer_parts import (
     FeedForward,
     batch_len,
@@ -80,9 +81,9 @@ class TransformerDecoderLayer(FeedForward):
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias, **kw)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias, **kw)
         self.norm3 = nn.LayerNorm(d_model, eps=eps, bias=bias, **kw)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
 
     @property
     def batch_first(self) -> bool:

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from attnkit import checks
 from attnkit.masks import Mask
 from attnkit.nn.attention import MultiHeadAttention
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.transformer_parts import (
     FeedForward,
     batch_len,
@@ -97,8 +98,8 @@ class TransformerEncoderLayer(FeedForward):
         self.norm_first = a["norm_first"]
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias, **kw)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias, **kw)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
 
     @property
     def batch_first(self) -> bool:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from attnkit import checks, tensor_checks
 from attnkit.masks import ALiBi as ALiBiMask
 from attnkit.masks import alibi_slopes
+from attnkit.nn.dropout import Dropout
 
 __all__ = [
     "ALiBi",
@@ -95,7 +96,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = checks.positive_int("d_model", d_model)
         checks.positive_int("max_len", max_len)
-        self.dropout = nn.Dropout(checks.probability("dropout", dropout))
+        self.dropout = Dropout(checks.probability("dropout", dropout))
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
         self._built_dtype = self.pe.dtype  # .double() on a float32 table would only upcast it
 

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from attnkit import checks
 from attnkit import tensor_checks as tc
 from attnkit.functional import check_mask
+from attnkit.nn.dropout import Dropout
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -154,7 +155,7 @@ class FeedForward(nn.Module):
 
     def _init_ff(self, d_model, dim_feedforward, dropout, activation, bias, kw) -> None:
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **kw)
         self.activation = activation
 
