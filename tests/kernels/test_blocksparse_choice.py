@@ -49,19 +49,29 @@ def _bert_lengths(n: int = 32, width: int = 256) -> torch.Tensor:
     return lengths
 
 
-def test_bert_padded_batch_goes_to_dense():
-    """(32, 12, 256, 32) with per-element padding (about 40% of the blocks empty per element,
-    none in every element): dense, with a reason naming the per-element calls."""
+def test_bert_padded_batch_goes_to_blocksparse_per_element():
+    """(32, 12, 256, 32) with per-element padding (about 30-40% of the blocks empty per
+    element, none in every element): each of the 64 per-element calls skips more than
+    ``ELEMENT_CALL_ENTRIES``, so blocksparse, with a note naming them."""
     mask = M.KeyPadding(_bert_lengths())
     d = F.explain_dispatch(*_qkv(32, 12, 256), mask)
+    assert d.chosen == "blocksparse", str(d)
+    assert "64 per-element SDPA calls" in str(d), str(d)
+    # the same with gradients (a fine-tuning step) and with a longer padded batch
+    assert F.explain_dispatch(*_qkv(32, 12, 256, grad=True), mask).chosen == "blocksparse"
+    long = M.KeyPadding(_bert_lengths(8, 1024))
+    assert F.explain_dispatch(*_qkv(8, 12, 1024), long).chosen == "blocksparse"
+
+
+def test_small_per_element_calls_go_to_dense():
+    """Four heads: each per-element call skips fewer entries than ``ELEMENT_CALL_ENTRIES``
+    (about 38k), so dense, with a reason naming the calls and the threshold."""
+    mask = M.KeyPadding(_bert_lengths())
+    d = F.explain_dispatch(*_qkv(32, 4, 256), mask)
     assert d.chosen == "dense", str(d)
     (why,) = d.reasons["blocksparse"]
     assert "per batch element" in why and "64 SDPA calls" in why, why
     assert f"{bs.ELEMENT_CALL_ENTRIES:,}" in why, why
-    # the same with gradients (a fine-tuning step) and with a longer padded batch
-    assert F.explain_dispatch(*_qkv(32, 12, 256, grad=True), mask).chosen == "dense"
-    long = M.KeyPadding(_bert_lengths(8, 1024))
-    assert F.explain_dispatch(*_qkv(8, 12, 1024), long).chosen == "dense"
 
 
 def test_forced_blocksparse_still_serves_the_bert_batch():
@@ -81,12 +91,18 @@ def test_padding_shared_by_the_batch_keeps_blocksparse():
 
 
 def test_per_element_padding_with_large_calls_keeps_blocksparse():
-    """(2, 8, 4096, 32) with 0% and 75% padding: 64 per-element calls of about 1.6M skipped
-    entries each (>= 2**20), measured 1.26-1.5x; halving the heads halves that (0.8M): dense."""
+    """(2, 8, 4096, 32) with 0% and 75% padding: 64 per-element calls of about 0.8M skipped
+    entries each: blocksparse. (2, 4, 512, 32) with lengths 512 and 128: 8 calls of exactly
+    ELEMENT_CALL_ENTRIES (98,304) each, the least that counts: blocksparse; half the heads
+    (49,152 each): dense."""
+    assert bs.ELEMENT_CALL_ENTRIES == 98_304  # the cases below sit on it
     lengths = torch.tensor([4096, 1024])
     assert F.explain_dispatch(*_qkv(2, 8, 4096), M.KeyPadding(lengths)).chosen == "blocksparse"
-    d = F.explain_dispatch(*_qkv(2, 4, 4096), M.KeyPadding(lengths))
+    short = M.KeyPadding(torch.tensor([512, 128]))
+    assert F.explain_dispatch(*_qkv(2, 4, 512), short).chosen == "blocksparse"
+    d = F.explain_dispatch(*_qkv(2, 2, 512), short)
     assert d.chosen == "dense", str(d)
+    assert "8 SDPA calls of 49,152 skipped score entries each" in str(d), str(d)
 
 
 def test_long_windowed_calls_keep_blocksparse():
