@@ -1,8 +1,9 @@
 """Which backend ``auto`` picks inside transformers for the ``hf-bert-embed`` bench row's calls:
 a BERT batch of 32 texts of 16-256 tokens, right-padded, 12 heads of width 32. Key padding that
-varies per element leaves about 29% of the blocks empty per element (under the built-in
-``blocksparse_min_empty``) and none in every element, and per-element calls would skip too
-little each (``blocksparse_element_call_entries``): every call must go to ``dense``."""
+varies per element leaves about 29% of the blocks empty per element and none in every element;
+each per-element call skips more than the built-in ``blocksparse_element_call_entries`` (the
+calls run in streams, one thread each), so every call goes to ``blocksparse``, and to ``dense``
+where the tuning says per-element calls never pay."""
 
 from __future__ import annotations
 
@@ -44,13 +45,13 @@ def _chosen_in_bert_batch() -> list[str]:
     return chosen
 
 
-def test_bert_padded_batch_runs_on_dense():
-    assert set(_chosen_in_bert_batch()) == {"dense"}
+def test_bert_padded_batch_runs_on_blocksparse():
+    assert set(_chosen_in_bert_batch()) == {"blocksparse"}
 
 
 def test_bert_padded_batch_follows_the_threshold():
-    """With the thresholds of a machine where skipping always pays off (20% empty blocks, per-
-    element calls of any size) the same calls go to blocksparse: the choice is the tuning's."""
-    eager = dict(blocksparse_min_empty=0.2, blocksparse_element_call_entries=1)
-    with use(dataclasses.replace(DEFAULT, **eager)):
-        assert set(_chosen_in_bert_batch()) == {"blocksparse"}
+    """With the thresholds of a machine where per-element calls never pay off, the same calls
+    go to dense: the choice is the tuning's."""
+    never = dict(blocksparse_element_call_entries=2**40)
+    with use(dataclasses.replace(DEFAULT, **never)):
+        assert set(_chosen_in_bert_batch()) == {"dense"}

@@ -62,10 +62,10 @@ def test_min_empty_decides_and_is_cited():
 def test_element_call_entries_decides_and_is_cited():
     """Key padding varying per element: dense under the built-in threshold (the per-element
     calls skip too little each), blocksparse when the threshold is 1 entry."""
-    q, k, v = _qkv(4, 2, 512)
+    q, k, v = _qkv(4, 1, 512)  # one head: 57,344 skipped entries per call
     mask = M.key_padding(torch.tensor([512, 64, 64, 64]))
     d = F.explain_dispatch(q, k, v, mask)
-    assert d.chosen == "dense" and "blocksparse_element_call_entries = 1,048,576" in str(d)
+    assert d.chosen == "dense" and "blocksparse_element_call_entries = 98,304" in str(d)
     assert "(built-in default)" in str(d)
     with use(_measured(blocksparse_element_call_entries=1)):
         assert F.explain_dispatch(q, k, v, mask).chosen == "blocksparse"

@@ -152,7 +152,9 @@ def test_a_tune_that_sees_per_element_calls_win_sends_the_bert_call_to_blockspar
     monkeypatch, wins_from
 ):
     q, k, v, mask = _bert_call()
-    assert F.explain_dispatch(q, k, v, mask).chosen == "dense"  # the built-in default
+    never = dataclasses.replace(DEFAULT, blocksparse_element_call_entries=2**40)
+    with use(never):  # a machine where per-element calls never paid off, before the tune
+        assert F.explain_dispatch(q, k, v, mask).chosen == "dense"
     threshold = _tune_elements(monkeypatch, lambda s: 1.4 if s >= wins_from else 0.8)
     assert threshold <= 1.5e5
     tuned = dataclasses.replace(
