@@ -108,7 +108,9 @@ def test_streams_in_every_mode_match_sequential_and_float64(monkeypatch, mode, s
     ref = _reference(q, k, v, spec)
     assert max_rel_err(out, ref) < 1e-5
     if mode == "grad":
+        before = len(seen)
         grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        assert max(seen[before:]) > 1, "the backward's calls did not run in streams"
     one = run(True)  # the calls one after the other, each on every thread
     # the fused kernel's blocking follows the thread count: rounding may differ, nothing else
     assert max_rel_err(out, one) < 1e-6

@@ -93,6 +93,12 @@ def _forward_one(c: Call, q, k, v, scale: float, out: Tensor, sinks):
     return o, lse
 
 
+def _overlap(spans: list[tuple[int, int]]) -> bool:
+    """True when two of the row spans (start, end) meet."""
+    spans = sorted(spans)
+    return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
 def disjoint_rows(calls) -> bool:
     """True when no two calls write the same output rows (a call of every element overlaps
     any other call's rows where their query rows meet)."""
@@ -100,12 +106,7 @@ def disjoint_rows(calls) -> bool:
     for c in calls:
         spans.setdefault(c.p, []).append((c.q0, c.q1))
     every = spans.pop(None, [])
-    for own in spans.values():
-        rows = sorted(own + every)
-        if any(b[0] < a[1] for a, b in zip(rows, rows[1:])):
-            return False
-    rows = sorted(every)
-    return not any(b[0] < a[1] for a, b in zip(rows, rows[1:]))
+    return not _overlap(every) and not any(_overlap(own + every) for own in spans.values())
 
 
 def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Tensor, sinks=None):
@@ -117,8 +118,8 @@ def calls_forward(calls, q: Tensor, k: Tensor, v: Tensor, scale: float, out: Ten
     Calls that write disjoint rows run in streams (:mod:`.streams`: shared out between torch's
     threads, each call on one thread) when there are enough of them."""
     n = streams_for(len(calls))
-    if n > 1 and not disjoint_rows(calls):
-        n = 1
+    if n <= 1 or not disjoint_rows(calls):
+        return [_forward_one(c, q, k, v, scale, out, sinks) for c in calls]
     elems = q.shape[0]
     costs = [(c.q1 - c.q0) * max(c.hi - c.lo, 0) * (elems if c.p is None else 1) for c in calls]
     jobs = [functools.partial(_forward_one, c, q, k, v, scale, out, sinks) for c in calls]
@@ -168,20 +169,32 @@ def calls_backward(
     Calls of single batch elements run in streams (:mod:`.streams`), an element's calls in one
     stream in their order, when there are enough elements: no two streams add into the same
     gradient entries."""
-    live = [(i, c, s) for i, (c, s) in enumerate(zip(calls, saved, strict=True)) if s is not None]
-    by_elem: dict[int | None, list] = {}
-    for item in live:
-        by_elem.setdefault(item[1].p, []).append(item)
+    if len(saved) != len(calls):
+        raise ValueError(f"saved: expected one entry per call ({len(calls)}), got {len(saved)}")
+    args = (calls, saved, go, q, k, v, scale, gq, gk, gv, sinks, gsinks)
+    live = [i for i, s in enumerate(saved) if s is not None]
+    by_elem: dict[int | None, list[int]] = {}
+    for i in live:
+        by_elem.setdefault(calls[i].p, []).append(i)
     n = streams_for(len(by_elem))
-    if n > 1 and (None in by_elem or not _own_elements(gq, gk, gv, gsinks)):
-        n = 1
+    if n <= 1 or None in by_elem or not _own_elements(gq, gk, gv, gsinks):
+        groups = [live]
+        done = [_backward_calls(live, args)]
+    else:
+        groups = list(by_elem.values())
+        costs = [
+            sum((calls[i].q1 - calls[i].q0) * (calls[i].hi - calls[i].lo) for i in g)
+            for g in groups
+        ]
+        done = run_streams([functools.partial(_backward_calls, g, args) for g in groups], costs, n)
+    gmask = {
+        i: gm for g, got in zip(groups, done, strict=True) for i, gm in zip(g, got, strict=True)
+    }
+    return [gmask[i] for i in live if calls[i].learns_mask]
 
-    def element(items):
-        args = (go, q, k, v, scale, gq, gk, gv, sinks, gsinks)
-        return [(i, _backward_one(c, s, *args)) for i, c, s in items]
 
-    groups = list(by_elem.values()) if n > 1 else [live]
-    costs = [sum((c.q1 - c.q0) * (c.hi - c.lo) for _, c, _ in items) for items in groups]
-    done = run_streams([functools.partial(element, items) for items in groups], costs, n)
-    got = dict(pair for pairs in done for pair in pairs)
-    return [got[i] for i, c, _ in live if c.learns_mask]
+def _backward_calls(indices: list[int], args) -> list:
+    """:func:`_backward_one` for the calls at ``indices``, in order (a stream of
+    :func:`calls_backward`, or all of them)."""
+    calls, saved, *rest = args
+    return [_backward_one(calls[i], saved[i], *rest) for i in indices]
