@@ -21,9 +21,7 @@ from attnkit.reference import scaled_dot_product
 from tests.support import masks as S
 from tests.support.numerics import max_rel_err, to_np
 
-needs_streams = pytest.mark.skipif(
-    not streams.available(), reason="streams need torch on OpenMP (its omp_set_num_threads)"
-)
+needs_streams = pytest.mark.skipif(not streams.available(), reason="streams need torch on OpenMP")
 
 
 @pytest.fixture(autouse=True)

@@ -11,18 +11,19 @@ threads takes a share of the calls (longest first, to the least loaded stream) a
 with an OpenMP team of one, so no call waits for another thread: the same batch took 46 ms
 against the whole batch's 110 ms in the same run.
 
-The workers are this module's own threads: their OpenMP team size is set with the runtime's
-``omp_set_num_threads``, a per-thread setting that leaves the caller's threads and torch's
-``get_num_threads()`` elsewhere unchanged. The caller's grad mode and inference mode are carried
-into the worker (both are thread-local in torch). Each call gives the same result on one thread
-as on several (the fused CPU kernel computes each row on one thread either way).
+The workers are this module's own threads, each set to one thread with ``torch.set_num_threads``:
+with torch on OpenMP that is a per-thread setting (the team size of the OpenMP runtime, and the
+BLAS's), so the caller's threads keep theirs; torch's default for threads not yet started, which
+it also sets, is put back. On torch's other thread pools the setting is process-wide, so streams
+need OpenMP. The caller's grad mode and inference mode are carried into the worker (both are
+thread-local in torch). A call on one thread may round differently from the same call on
+several (the fused kernel's blocking follows the thread count), never more than that.
 
 :func:`streams_for` says how many streams a run of calls gets (1: run them in the caller).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import heapq
 import os
@@ -56,25 +57,13 @@ if hasattr(os, "register_at_fork"):
 
 
 @functools.cache
-def _set_team() -> Callable[[int], None] | None:
-    """The OpenMP runtime's ``omp_set_num_threads`` that torch is linked to, or None."""
-    if os.environ.get("ATTNKIT_NO_STREAMS"):
-        return None
-    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
-        return None
-    try:
-        fn = ctypes.CDLL(None).omp_set_num_threads
-    except (AttributeError, OSError, TypeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = None
-    return fn
-
-
 def available() -> bool:
-    """True when calls can run in streams: torch runs on OpenMP and its runtime is found.
-    Setting ``ATTNKIT_NO_STREAMS`` (any value) before the first call makes it False."""
-    return _set_team() is not None
+    """True when calls can run in streams: torch's parallel backend is OpenMP (module
+    docstring). Setting ``ATTNKIT_NO_STREAMS`` (any value) before the first call makes it
+    False."""
+    if os.environ.get("ATTNKIT_NO_STREAMS"):
+        return False
+    return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
 
 def _init_worker(ready: threading.Barrier) -> None:
