@@ -26,7 +26,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:  # imported by path (tests) rather than run as a script
     sys.path.insert(0, str(BENCH_DIR))
 
-from harness.contention import Contention  # noqa: E402
+from harness.contention import Contention, ContentionRecord  # noqa: E402
 from harness.machine import cpu_summary, git_commit, machine_info, machine_line  # noqa: E402
 from harness.results import payload, summary, write_json_atomic  # noqa: E402
 from harness.row import Row, Spec  # noqa: E402
@@ -124,21 +124,25 @@ def list_all(scripts: list[Path], a: argparse.Namespace, progress) -> tuple[list
     return specs, failed
 
 
-def _machine(a: argparse.Namespace, rows: list[Row]) -> dict:
-    """The machine record, with what loaded the bus when ``--contend`` ran (at the end)."""
+def _machine(rows: list[Row], busy: ContentionRecord | None) -> dict:
+    """The machine record, with what loaded the bus when ``--contend`` ran (known at the end)."""
     m = machine_info(rows)
-    rec = getattr(a, "contention", None)
-    if rec is not None:
-        m["contention"] = rec.to_json()
-        m["contention_line"] = rec.line()
+    if busy is not None:
+        m["contention"] = busy.to_json()
     return m
 
 
-def _save(a: argparse.Namespace, rows: list[Row], started: float, partial: bool) -> None:
+def _save(
+    a: argparse.Namespace,
+    rows: list[Row],
+    started: float,
+    partial: bool,
+    busy: ContentionRecord | None = None,
+) -> None:
     if a.json:
         record = payload(
             rows,
-            _machine(a, rows),
+            _machine(rows, busy),
             quick=a.quick,
             only=a.only,
             timeout_s=a.timeout,
@@ -197,18 +201,19 @@ def main(argv: list[str] | None = None) -> int:
             progress.stop()
             err.print(f"no rows match --only {a.only}", markup=False)
             return 2
+        busy = None
         if a.contend:
-            with Contention() as busy:
+            with Contention() as copier:
                 complete = run_all(specs, a, progress, rows, started)
-            a.contention = busy.record()
+            busy = copier.record()
         else:
             complete = run_all(specs, a, progress, rows, started)
 
     cpu = cpu_summary()  # rows run on this machine: each records it
     for r in rows:
         r.cpu = r.cpu or cpu
-    _save(a, rows, started, partial=not complete)
-    machine = _machine(a, rows)
+    _save(a, rows, started, not complete, busy)
+    machine = _machine(rows, busy)
     if a.markdown:
         print(f"Machine: {machine_line(machine)}\n")
         print(markdown_table(rows))

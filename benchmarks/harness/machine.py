@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from harness.contention import ContentionRecord
 from harness.row import Row
 from harness.runner import REPO
 
@@ -114,5 +115,9 @@ def machine_line(m: dict[str, Any]) -> str:
         f"torch {m['torch']}{threads}, numba {m['numba']}, python {m['python']}; "
         f"{m['date']}, commit {m['git_commit']}, load avg {load}"
         + (f"; attnkit info failed: {m['info_error']}" if m.get("info_error") else "")
-        + (f"; loaded bus: {m['contention_line']}" if m.get("contention_line") else "")
+        + (
+            f"; loaded bus: {ContentionRecord(**m['contention']).line()}"
+            if m.get("contention")
+            else ""
+        )
     )
