@@ -187,3 +187,33 @@ def test_forked_child_runs_streams():
     )
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
+
+
+@needs_streams
+@pytest.mark.parametrize("layout", ["transposed", "stepped", "expanded"])
+def test_streams_on_every_layout_match_float64(monkeypatch, layout):
+    """Heads-major views of (B, L, H, d) tensors, every other row of a longer tensor, and k/v
+    expanded over the batch (one element's memory for all): outputs and gradients against
+    float64, the forward and the backward in streams."""
+    b, h, lq, lk, d = 6, 3, 257, 301, 16
+    g = torch.Generator().manual_seed(11)
+    if layout == "transposed":
+        q, k, v = (torch.randn(b, n, h, d, generator=g).transpose(1, 2) for n in (lq, lk, lk))
+    elif layout == "stepped":
+        q, k, v = (torch.randn(b, h, 2 * n, d, generator=g)[:, :, ::2] for n in (lq, lk, lk))
+    else:
+        q = torch.randn(b, h, lq, d, generator=g)
+        k, v = (torch.randn(1, h, lk, d, generator=g).expand(b, h, lk, d) for _ in range(2))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    spec = S.key_padding(torch.tensor([301, 5, 90, 0, 131, 64]))
+    seen = []
+    real = streams.run_streams
+    monkeypatch.setattr(tiles, "run_streams", lambda j, c, n: seen.append(n) or real(j, c, n))
+    out = attnkit.scaled_dot_product_attention(q, k, v, spec.mask, backend="blocksparse")
+    grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert max(seen) > 1, "the calls did not run in streams"
+    assert max_rel_err(out, _reference(q, k, v, spec)) < 1e-5
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = attnkit.scaled_dot_product_attention(q64, k64, v64, spec.mask, backend="math")
+    for got, want in zip(grads, torch.autograd.grad(ref, (q64, k64, v64), torch.ones_like(ref))):
+        assert max_rel_err(got, want) < 1e-5
