@@ -29,6 +29,7 @@ from attnkit.kernels.call.base import AttentionCall, ungrouped
 from attnkit.kernels.call.memo import CallMemo
 from attnkit.kernels.dispatch import CACHE, mask_key, tensor_key
 from attnkit.kernels.policy.scan import plan3
+from attnkit.kernels.policy.steady import steady_for
 
 __all__ = ["Kind", "Parsed", "Signature", "grouped_for", "parse"]
 
@@ -184,6 +185,7 @@ def _remembered(kind, q, k, v, mask, scale, dropout_p, return_weights, backend, 
     memo = CallMemo()
     if hit.scan_plan is not None:
         memo.scan_plan = hit.scan_plan
+        memo.steady = hit.steady
     call = object.__new__(AttentionCall)
     call.__dict__.update(
         kind="dot", q=q, k=k, v=v, mask=mask, scale=scale, dropout_p=dropout_p,
@@ -205,7 +207,8 @@ def _chosen(call, backend, select: bool, signature: Signature | None, mask) -> P
     b = dispatch.select(call, dispatch.check_backend_name(backend))
     if signature is not None:
         options = (call.scale, call.dropout_p, call.return_weights, call.softcap)
-        CACHE.put(signature, b, options, mask, plan3(call.q, call.k, call.v))
+        plan = plan3(call.q, call.k, call.v)
+        CACHE.put(signature, b, options, mask, plan, steady_for(call, b, plan))
     return Parsed(call, b, signature)
 
 
@@ -242,7 +245,8 @@ def _dot(kind, q, k, v, mask, options, softcap, sinks, select, signature) -> Par
     else:
         b = dispatch.select(call, backend)
     if signature is not None:
-        CACHE.put(signature, b, (s, p, rw, cap), mask, plan3(q, k, v))
+        plan = plan3(q, k, v)
+        CACHE.put(signature, b, (s, p, rw, cap), mask, plan, steady_for(call, b, plan))
     return Parsed(call, b, signature)
 
 

@@ -36,6 +36,7 @@ from attnkit.kernels.call.layout import ScanPlan
 from attnkit.kernels.policy import additive as additive_policy
 from attnkit.kernels.policy import numerics
 from attnkit.kernels.policy.decision import NumericsDecision
+from attnkit.kernels.policy.steady import Steady
 from attnkit.kernels.tuning import on_change
 from attnkit.masks import Mask
 from attnkit.tensor_version import version
@@ -199,7 +200,15 @@ def _accepting(
 
 def run(call: AttentionCall, backend: Backend) -> tuple[Tensor, Tensor | None]:
     """(output, weights or None) of ``call`` on ``backend`` (chosen by :func:`select`), under
-    the numerics policy run once as a stage (``kernels/call/base.py`` describes the four steps)."""
+    the numerics policy run once as a stage (``kernels/call/base.py`` describes the four steps).
+    A call of a remembered signature with a :class:`~attnkit.kernels.policy.steady.Steady`
+    check whose inputs pass it runs on the plain decision at once (the same decision the stage
+    would reach); every other call, and one that fails the check, takes the stage in full."""
+    steady = call.memo.steady  # a remembered signature of the policy's common case
+    if steady is not None and (plain := steady.decide(call.q, call.k, call.v)) is not None:
+        res = backend.run(call, plain)  # the backend accepts the plain decision (steady_for)
+        if res is not None:
+            return numerics.finish(call, plain, *res)
     policy = numerics if call.kind == "dot" else additive_policy
     work, d = policy.prepare(call, backend.kernel_checks)
     b, work = _accepting(backend, work, d)
@@ -268,6 +277,9 @@ class Choice:
     mask_ref: weakref.ref | None
     scan_plan: ScanPlan | None = None
     """:func:`attnkit.kernels.policy.scan.plan3` of the signature's q, k and v (None: none)."""
+    steady: Steady | None = None
+    """:func:`attnkit.kernels.policy.steady.steady_for` the signature on the backend (None:
+    not of the policy's common case)."""
 
 
 class ChoiceCache:
@@ -295,10 +307,11 @@ class ChoiceCache:
         options: tuple,
         mask: object,
         scan_plan: ScanPlan | None = None,
+        steady: Steady | None = None,
     ) -> None:
         self._backends = backends()
         ref = None if mask is None else weakref.ref(mask)
-        self._entries[key] = Choice(backend, options, ref, scan_plan)
+        self._entries[key] = Choice(backend, options, ref, scan_plan, steady)
         while len(self._entries) > self.size:
             try:
                 del self._entries[next(iter(self._entries))]

@@ -32,16 +32,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
 from attnkit.kernels.call.layout import ScanPlan
 
-__all__ = ["BlockMapKey", "CallMemo", "DenseMaskKey", "MemoKey"]
+__all__ = ["BlockMapKey", "CallMemo", "DenseMaskKey", "MemoKey", "PlainCheck"]
 
 E = TypeVar("E")
+
+
+class PlainCheck(Protocol):
+    """The policy's check of its common case for a remembered signature (the policy defines
+    it: :class:`attnkit.kernels.policy.steady.Steady`): the decision it reaches for q, k and v,
+    or None when the call must be decided in full."""
+
+    def decide(self, q: Tensor, k: Tensor, v: Tensor) -> object | None: ...
 
 
 class MemoKey(Generic[E]):
@@ -74,6 +82,8 @@ class CallMemo:
 
     scan_plan: what the input scan may read of q, k and v (set by validation from the
         signature's remembered choice; None: the scan checks the tensors itself).
+    steady: the policy's check of the common case for the signature (set likewise; None:
+        the policy decides in full).
     :meth:`get`: entries under typed keys (:class:`MemoKey`), built on first use (the policy's
         decision among them).
 
@@ -82,6 +92,7 @@ class CallMemo:
     """
 
     scan_plan: ScanPlan | None = None
+    steady: PlainCheck | None = None
     entries: dict[MemoKey, object] | None = None  # made on first use
 
     def get(self, key: MemoKey[E], build: Callable[..., E], *args: object) -> E:

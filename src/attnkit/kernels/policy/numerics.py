@@ -173,6 +173,21 @@ def _plain(dtype: torch.dtype, finite: bool) -> NumericsDecision:
     return NumericsDecision(dtype, finite)
 
 
+def plain_decision(dtype: torch.dtype) -> NumericsDecision:
+    """The decision of the common case for a compute dtype: finite inputs, scores below
+    :func:`plain_bound` (no float64, fused backward exact)."""
+    return _plain(dtype, True)
+
+
+def plain_bound(dtype: torch.dtype, needs_grad: bool) -> float:
+    """A bound of |q.k| * scale below which :func:`decide` settles a call without a bias or
+    cap of compute ``dtype`` on its common case (:func:`plain_decision`): P5's overflow limit,
+    and for a call that needs gradients also the fused backward's (above it :func:`decide`
+    looks further)."""
+    overflow, grad_limit = _limits(dtype)
+    return min(overflow, grad_limit) if needs_grad else overflow
+
+
 Path = Literal["auto", "device", "host"]
 _PATH: list[Path] = ["auto"]
 
@@ -184,6 +199,11 @@ def device_path(device: torch.device) -> bool:
     if path == "auto":
         return device.type != "cpu"
     return path == "device"
+
+
+def forced_path() -> Path:
+    """The path :func:`use_path` forces (``"auto"``: none, calls go by device)."""
+    return _PATH[0]
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -48,8 +49,10 @@ __all__ = [
     "absmax_bits",
     "absmax_torch",
     "dense_span",
+    "float32_maxima",
     "kernels_status",
     "plan3",
+    "planned_kernel32",
     "row_span",
 ]
 
@@ -246,6 +249,21 @@ def absmax3(q: Tensor, k: Tensor, v: Tensor, plan: ScanPlan | None = None) -> tu
         )  # fmt: skip
         return _F32x3.unpack(_I32x3.pack(*m))  # inf / nan patterns included
     return _absmax3(q, k, v)
+
+
+def planned_kernel32() -> Callable[..., tuple[int, int, int]] | None:
+    """The bit kernel :func:`absmax3` runs for float32 calls with a scan plan
+    (``absmax3_bits32(address, width, rows, stride, ...)`` of q, k and v: the max bit patterns
+    of |x|; numba's kernels loaded now if they are not yet, as a first call does), or None
+    when numba is not usable."""
+    kern = _kernels()
+    return None if kern is None else kern.absmax3_bits32  # type: ignore[attr-defined]
+
+
+def float32_maxima(bits: tuple[int, int, int]) -> tuple[float, float, float]:
+    """The float32 values of three max bit patterns (:func:`planned_kernel32`'s result);
+    NaN and inf patterns included."""
+    return _F32x3.unpack(_I32x3.pack(*bits))
 
 
 def _absmax3(q: Tensor, k: Tensor, v: Tensor) -> tuple[float, float, float]:
