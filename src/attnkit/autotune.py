@@ -37,6 +37,7 @@ from attnkit.kernels.tuning.results import Budget, Found, Tuned
 from attnkit.kernels.tuning.rules import (
     choose,
     element_threshold,
+    least_empty,
     near_margin,
     ratio_stats,
     split_k_ranges,
@@ -78,13 +79,13 @@ def _dense_ratio(r: dict[str, list]) -> tuple[float, float]:
 # the measurements
 # ---------------------------------------------------------------------------------------------
 def crossover(budget: Budget) -> Found:
-    """``blocksparse_min_empty``: the least empty-block fraction from which blocksparse beats
-    dense by the margin at every measured fraction above it (sliding windows, B=1, H=8, d=64,
-    L = budget.length and half of it; forward)."""
+    """``blocksparse_min_empty``: the least empty-block fraction from which auto takes
+    blocksparse, as :func:`~attnkit.kernels.tuning.rules.least_empty` sets it from the median
+    times of sliding windows raced on both backends (B=1, H=8, d=64, L = budget.length and
+    half of it; forward): the threshold of least summed time over the measured calls."""
     t = current()
     bq, bkv = t.blocksparse_block_q, t.blocksparse_block_kv
-    wins: dict[float, bool] = {}
-    seen, points = [], []
+    seen, points, races = [], [], []
     for length in sorted({budget.length, max(256, budget.length // 2)}):
         q, k, v = _qkv(1, 8, length)
         for keep in (0.7, 0.5, 0.3):  # fraction of the keys a window reaches
@@ -92,20 +93,17 @@ def crossover(budget: Budget) -> Found:
             frac = round(_empty_fraction(mask, length, length, bq, bkv), 3)
             if frac == 0.0:
                 continue
-            ratio, spread = _dense_ratio(_race(q, k, v, mask, pairs(budget.reps)))
-            wins[frac] = wins.get(frac, True) and ratio - spread >= budget.margin
-            points.append((ratio, spread))
+            r = _race(q, k, v, mask, pairs(budget.reps))
+            ratio, spread = _dense_ratio(r)
+            points.append((frac, median_time(r["dense"]), median_time(r["blocksparse"])))
+            races.append((ratio, spread))
             seen.append(f"L={length} {frac:.0%} empty {ratio:.2f}x +/- {spread:.2f}")
-    least = 1.0  # blocksparse never won clearly: auto keeps dense unless every block is empty
-    for frac in sorted(wins, reverse=True):
-        if not wins[frac]:
-            break
-        least = frac
-    least = max(least, 0.05)
-    sure = {"blocksparse_min_empty": Sureness(1.0, 0.0, 0, "nothing raced: dense kept")}
+    sure = {"blocksparse_min_empty": Sureness(1.0, 0.0, 0, "nothing raced: default kept")}
+    least = DEFAULT.blocksparse_min_empty
     if points:
+        least = least_empty(points, DEFAULT.blocksparse_min_empty, budget.margin)
         sure["blocksparse_min_empty"] = near_margin(
-            points, budget.margin, pairs(budget.reps), "dense kept"
+            races, budget.margin, pairs(budget.reps), "summed times decided"
         )
     return Found(
         {"blocksparse_min_empty": least},

@@ -109,3 +109,63 @@ def test_a_candidate_chosen_is_faster_beyond_the_spread(base, other):
     median, spread, n = tune_rules.ratio_stats(base, other)
     assert (best == "other") == (median - spread >= MARGIN)
     assert sure.repeats == n == min(len(base), len(other))
+
+
+# ---------------------------------------------------------------------------------------------
+# blocksparse_min_empty: the threshold of least summed time
+# ---------------------------------------------------------------------------------------------
+def _point(frac: float, dense_s: float, ratio: float) -> tuple[float, float, float]:
+    return frac, dense_s, dense_s / ratio  # (fraction, dense s, blocksparse s)
+
+
+def test_a_long_call_blocksparse_halves_outweighs_a_short_tie():
+    """What ``attnkit tune`` measured on a 2-core AMD EPYC on 2026-11-28 (dense/blocksparse
+    ratios; L=2048 calls take 4x the time of L=1024): the old per-fraction vote let the short
+    calls' ties raise the threshold to 0.516, and auto then kept dense on L=2048 masks that
+    blocksparse ran 1.2-1.7x faster. The summed times keep blocksparse from 35% empty."""
+    pts = [
+        _point(0.31, 7.0, 0.92), _point(0.47, 7.0, 1.04), _point(0.56, 7.0, 1.89),
+        _point(0.35, 28.0, 1.57), _point(0.52, 28.0, 2.07), _point(0.66, 28.0, 2.45),
+    ]  # fmt: skip
+    assert tune_rules.least_empty(pts, 0.25, MARGIN) == 0.25  # the default within the margin
+    assert tune_rules.least_empty(pts, 0.6, MARGIN) == 0.35
+
+
+def test_blocksparse_losing_everywhere_keeps_dense_until_every_block_is_empty():
+    pts = [_point(0.3, 5.0, 0.7), _point(0.6, 5.0, 0.8), _point(0.9, 9.0, 0.9)]
+    assert tune_rules.least_empty(pts, 0.25, MARGIN) == 1.0
+
+
+def test_a_noisy_tie_keeps_the_default():
+    pts = [_point(0.3, 5.0, 1.02), _point(0.6, 5.0, 0.99)]
+    assert tune_rules.least_empty(pts, 0.25, MARGIN) == 0.25
+    with pytest.raises(ValueError, match="points: expected at least one"):
+        tune_rules.least_empty([], 0.25, MARGIN)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.01, 0.99, allow_nan=False),
+            st.floats(1e-4, 1.0, allow_nan=False),
+            st.floats(0.2, 5.0, allow_nan=False),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from([0.05, 0.25, 0.6]),
+)
+def test_the_threshold_never_sums_to_more_time_than_the_default_nor_beyond_the_best(pts, default):
+    """Brute force over every threshold a fraction could take (0.05 steps and the measured
+    fractions): the rule's sum is at most the default's, and within the margin of the least."""
+    pts = [_point(f, d, r) for f, d, r in pts]
+
+    def total(t):
+        return sum(b if f >= t else d for f, d, b in pts)
+
+    got = tune_rules.least_empty(pts, default, MARGIN)
+    grid = [i / 20 for i in range(1, 21)] + [f for f, _, _ in pts if f >= 0.05]  # its floor
+    assert 0.05 <= got <= 1.0
+    assert total(got) <= total(default) + 1e-12
+    assert total(got) <= min(total(t) for t in grid) * MARGIN + 1e-12

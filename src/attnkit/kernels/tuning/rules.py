@@ -14,6 +14,7 @@ from attnkit.kernels.tuning.sureness import Sureness
 __all__ = [
     "choose",
     "element_threshold",
+    "least_empty",
     "near_margin",
     "ratio_stats",
     "split_k_ranges",
@@ -80,6 +81,32 @@ def choose(
     if r >= 1.0 and r - spread < margin <= r:
         verdict = "tie within the noise: kept the built-in default"
     return base, Sureness(r, spread, n, verdict)
+
+
+def least_empty(
+    points: Sequence[tuple[float, float, float]], default: float, margin: float
+) -> float:
+    """``blocksparse_min_empty`` from measured points (empty-block fraction, dense seconds,
+    blocksparse seconds: medians of alternate races of one call each), without timing anything.
+
+    The threshold sends every call with at least that fraction of empty blocks to blocksparse,
+    so each candidate (every measured fraction, 1.0 for "only fully empty masks", and
+    ``default``) gives the measured calls a summed time; the rule takes the candidate of least
+    sum. A fraction's verdict thus weighs by how long its calls take: a long call that
+    blocksparse halves outweighs a short one it slows by a few percent, where a per-fraction
+    vote at every size let the short call decide. ``default`` stays unless the best candidate's
+    sum is below the default's by ``margin`` (noise keeps the value in use). At least 0.05."""
+    if not points:
+        raise ValueError("points: expected at least one (fraction, dense s, blocksparse s)")
+
+    def total(t: float) -> float:
+        return sum(b if f >= t else d for f, d, b in points)
+
+    floor = 0.05
+    default = max(float(default), floor)
+    candidates = sorted({max(float(f), floor) for f, _, _ in points} | {1.0, default})
+    best = min(candidates, key=lambda t: (total(t), -t))  # ties: the larger (dense kept)
+    return default if total(default) <= total(best) * margin else best
 
 
 def element_threshold(points: Sequence[tuple[float, float]], margin: float) -> int:
