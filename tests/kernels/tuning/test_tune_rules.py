@@ -6,6 +6,7 @@ large ones on a busy host)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import pytest
@@ -169,3 +170,73 @@ def test_the_threshold_never_sums_to_more_time_than_the_default_nor_beyond_the_b
     assert 0.05 <= got <= 1.0
     assert total(got) <= total(default) + 1e-12
     assert total(got) <= min(total(t) for t in grid) * MARGIN + 1e-12
+
+
+# ---------------------------------------------------------------------------------------------
+# blocksparse_element_call_entries: unsure sizes keep the built-in default's side
+# ---------------------------------------------------------------------------------------------
+def test_clear_points_keep_their_scores_and_unsure_ones_vote_for_the_default():
+    pts = [(4e4, 0.65, 0.01), (1.3e5, 1.05, 0.07), (3.4e5, 1.38, 0.01), (6e4, 0.99, 0.04)]
+    scored = dict(tune_rules.element_points(pts, 98_304, MARGIN))
+    assert scored[4e4] == pytest.approx(0.66)  # a clear loss
+    assert scored[3.4e5] == pytest.approx(1.37)  # a clear win
+    assert scored[1.3e5] == MARGIN  # unsure, above the default: blocksparse's side
+    assert scored[6e4] == 0.0  # unsure, below the default: dense's side
+    # unsure points on both sides of the crossing: the built-in threshold stays
+    assert tune_rules.element_rule(pts, 98_304, MARGIN) == 98_304
+
+
+def test_the_story_of_a_tune_that_measured_bert_twice():
+    """2026-11-28, 2-core AMD EPYC: BERT-like (32,12,256,32) measured 0.98x +/- 0.00 in one
+    tune and 1.12x in the next; the one-pass rule then set the threshold above it (556,092)
+    and auto kept dense where per-element calls ran 1.2x faster. Two passes widen the spread
+    and unsure sizes keep the built-in default."""
+    pts = [
+        (37_888, 0.70, 0.04), (102_400, 0.99, 0.06), (132_096, 1.12, 0.10),
+        (344_064, 1.46, 0.12), (393_216, 1.02, 0.02), (786_432, 1.27, 0.01),
+    ]  # fmt: skip
+    assert tune_rules.element_rule(pts, 98_304, MARGIN) == 98_304
+    clear = [(37_888, 0.70, 0.04), (132_096, 1.30, 0.02), (344_064, 1.46, 0.02)]
+    assert tune_rules.element_rule(clear, 98_304, MARGIN) == math.ceil(math.sqrt(37_888 * 132_096))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 2**30), st.floats(0.1, 3.0, allow_nan=False), st.floats(0.0, 0.5)),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda p: p[0],
+    ),
+    st.integers(1, 2**30),
+)
+def test_every_score_is_a_clear_verdict_or_the_defaults_side(pts, default):
+    for (size, ratio, spread), (s2, score) in zip(
+        pts, tune_rules.element_points(pts, default, MARGIN), strict=True
+    ):
+        assert s2 == size
+        if ratio - spread >= MARGIN:
+            assert score == ratio - spread >= MARGIN
+        elif ratio + spread < 1.0:
+            assert score == ratio + spread < MARGIN
+        else:
+            assert (score >= MARGIN) == (size >= default)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 2**30), st.floats(0.1, 3.0, allow_nan=False), st.floats(0.0, 0.5)),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda p: p[0],
+    ),
+    st.integers(1, 2**30),
+)
+def test_the_rule_keeps_every_clear_loss_below_and_the_top_clear_wins_above(pts, default):
+    t = tune_rules.element_rule(pts, default, MARGIN)
+    losses = [e for e, r, s in pts if r + s < 1.0]
+    others = [e for e, r, s in pts if r - s < MARGIN]  # losses and unsure sizes
+    wins = [e for e, r, s in pts if r - s >= MARGIN and e > max(others, default=0)]
+    assert all(e < t for e in losses)
+    assert all(t <= e for e in wins) or t == 2**40 or not wins

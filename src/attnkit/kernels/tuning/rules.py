@@ -13,6 +13,8 @@ from attnkit.kernels.tuning.sureness import Sureness
 
 __all__ = [
     "choose",
+    "element_points",
+    "element_rule",
     "element_threshold",
     "least_empty",
     "near_margin",
@@ -107,6 +109,46 @@ def least_empty(
     candidates = sorted({max(float(f), floor) for f, _, _ in points} | {1.0, default})
     best = min(candidates, key=lambda t: (total(t), -t))  # ties: the larger (dense kept)
     return default if total(default) <= total(best) * margin else best
+
+
+def element_points(
+    points: Sequence[tuple[float, float, float]], default: float, margin: float
+) -> list[tuple[float, float]]:
+    """The (size, score) points :func:`element_threshold` reads, from measured (skipped
+    entries per call, median ratio dense / blocksparse, spread) points: a clear win (ratio less
+    spread at least ``margin``) scores its ratio less spread, a clear loss (ratio plus spread
+    below 1) its ratio plus spread; an unsure point votes for the side the ``default``
+    threshold puts it on (``margin`` at or above it, 0 below): when the measurement cannot
+    tell, the value in use decides, as in :func:`choose`."""
+    out = []
+    for size, ratio, spread in points:
+        if ratio - spread >= margin:
+            out.append((size, ratio - spread))
+        elif ratio + spread < 1.0:
+            out.append((size, ratio + spread))
+        else:
+            out.append((size, margin if size >= default else 0.0))
+    return out
+
+
+def element_rule(points: Sequence[tuple[float, float, float]], default: int, margin: float) -> int:
+    """``blocksparse_element_call_entries`` from measured (skipped entries per call, median
+    ratio dense / blocksparse, spread) points: :func:`element_threshold` of
+    :func:`element_points`, except where an unsure point sits next to the crossing: there the
+    measurement cannot place it, so the ``default`` stays, moved only as far as needed to keep
+    every clear loss below it and the nearest clear win above it."""
+    scored = element_points(points, default, margin)
+    t = element_threshold(scored, margin)
+    clear_win = {e for e, r, s in points if r - s >= margin}
+    clear_loss = {e for e, r, s in points if r + s < 1.0}
+    below = [e for e, _ in scored if e < t]
+    above = [e for e, _ in scored if e >= t]
+    unsure = lambda e: e not in clear_win and e not in clear_loss  # noqa: E731
+    if not (below and unsure(max(below))) and not (above and unsure(min(above))):
+        return t
+    lo = max((e for e in clear_loss if e < t), default=0.0)
+    hi = min((e for e in clear_win if e >= t), default=float(2**40))
+    return int(min(max(float(default), math.floor(lo) + 1), hi))
 
 
 def element_threshold(points: Sequence[tuple[float, float]], margin: float) -> int:
