@@ -200,16 +200,16 @@ def test_the_story_of_a_tune_that_measured_bert_twice():
     assert tune_rules.element_rule(clear, 98_304, MARGIN) == math.ceil(math.sqrt(37_888 * 132_096))
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(1, 2**30), st.floats(0.1, 3.0, allow_nan=False), st.floats(0.0, 0.5)),
-        min_size=1,
-        max_size=8,
-        unique_by=lambda p: p[0],
-    ),
-    st.integers(1, 2**30),
+ELEMENT_POINTS = st.lists(  # measured (skipped entries per call, median ratio, spread) points
+    st.tuples(st.integers(1, 2**30), st.floats(0.1, 3.0, allow_nan=False), st.floats(0.0, 0.5)),
+    min_size=1,
+    max_size=8,
+    unique_by=lambda p: p[0],
 )
+
+
+@settings(max_examples=200, deadline=None)
+@given(ELEMENT_POINTS, st.integers(1, 2**30))
 def test_every_score_is_a_clear_verdict_or_the_defaults_side(pts, default):
     for (size, ratio, spread), (s2, score) in zip(
         pts, tune_rules.element_points(pts, default, MARGIN), strict=True
@@ -224,15 +224,7 @@ def test_every_score_is_a_clear_verdict_or_the_defaults_side(pts, default):
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(1, 2**30), st.floats(0.1, 3.0, allow_nan=False), st.floats(0.0, 0.5)),
-        min_size=1,
-        max_size=8,
-        unique_by=lambda p: p[0],
-    ),
-    st.integers(1, 2**30),
-)
+@given(ELEMENT_POINTS, st.integers(1, 2**30))
 def test_the_rule_keeps_every_clear_loss_below_and_the_top_clear_wins_above(pts, default):
     t = tune_rules.element_rule(pts, default, MARGIN)
     losses = [e for e, r, s in pts if r + s < 1.0]
