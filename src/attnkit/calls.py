@@ -198,6 +198,14 @@ def _remembered(kind, q, k, v, mask, scale, dropout_p, return_weights, backend, 
     return _new(Parsed, (call, b, signature))
 
 
+def _remember(signature: Signature, b: Backend, options: tuple, mask, call, qkv: tuple) -> None:
+    """Remember ``b`` and the normalised ``options`` under ``signature``, with the scan plan
+    of the caller's q, k and v (``qkv``, as later calls of the signature pass them) and the
+    policy's check of its common case for ``call`` on ``b``."""
+    plan = plan3(*qkv)
+    CACHE.put(signature, b, options, mask, plan, steady_for(call, b, plan))
+
+
 def _chosen(call, backend, select: bool, signature: Signature | None, mask) -> Parsed:
     """``call`` with its backend (dispatch's choice for ``backend``), remembered under
     ``signature``; no choice when not ``select``."""
@@ -207,8 +215,7 @@ def _chosen(call, backend, select: bool, signature: Signature | None, mask) -> P
     b = dispatch.select(call, dispatch.check_backend_name(backend))
     if signature is not None:
         options = (call.scale, call.dropout_p, call.return_weights, call.softcap)
-        plan = plan3(call.q, call.k, call.v)
-        CACHE.put(signature, b, options, mask, plan, steady_for(call, b, plan))
+        _remember(signature, b, options, mask, call, (call.q, call.k, call.v))
     return Parsed(call, b, signature)
 
 
@@ -245,8 +252,7 @@ def _dot(kind, q, k, v, mask, options, softcap, sinks, select, signature) -> Par
     else:
         b = dispatch.select(call, backend)
     if signature is not None:
-        plan = plan3(q, k, v)
-        CACHE.put(signature, b, (s, p, rw, cap), mask, plan, steady_for(call, b, plan))
+        _remember(signature, b, (s, p, rw, cap), mask, call, (q, k, v))
     return Parsed(call, b, signature)
 
 

@@ -111,6 +111,16 @@ def least_empty(
     return default if total(default) <= total(best) * margin else best
 
 
+def _verdict(ratio: float, spread: float, margin: float) -> bool | None:
+    """True: blocksparse clearly wins (ratio less spread at least ``margin``); False: it
+    clearly loses (ratio plus spread below 1); None: the races cannot tell."""
+    if ratio - spread >= margin:
+        return True
+    if ratio + spread < 1.0:
+        return False
+    return None
+
+
 def element_points(
     points: Sequence[tuple[float, float, float]], default: float, margin: float
 ) -> list[tuple[float, float]]:
@@ -122,12 +132,11 @@ def element_points(
     tell, the value in use decides, as in :func:`choose`."""
     out = []
     for size, ratio, spread in points:
-        if ratio - spread >= margin:
-            out.append((size, ratio - spread))
-        elif ratio + spread < 1.0:
-            out.append((size, ratio + spread))
-        else:
+        v = _verdict(ratio, spread, margin)
+        if v is None:
             out.append((size, margin if size >= default else 0.0))
+        else:
+            out.append((size, ratio - spread if v else ratio + spread))
     return out
 
 
@@ -137,17 +146,16 @@ def element_rule(points: Sequence[tuple[float, float, float]], default: int, mar
     :func:`element_points`, except where an unsure point sits next to the crossing: there the
     measurement cannot place it, so the ``default`` stays, moved only as far as needed to keep
     every clear loss below it and the nearest clear win above it."""
-    scored = element_points(points, default, margin)
-    t = element_threshold(scored, margin)
-    clear_win = {e for e, r, s in points if r - s >= margin}
-    clear_loss = {e for e, r, s in points if r + s < 1.0}
-    below = [e for e, _ in scored if e < t]
-    above = [e for e, _ in scored if e >= t]
-    unsure = lambda e: e not in clear_win and e not in clear_loss  # noqa: E731
-    if not (below and unsure(max(below))) and not (above and unsure(min(above))):
+    t = element_threshold(element_points(points, default, margin), margin)
+    verdicts = {e: _verdict(r, s, margin) for e, r, s in points}
+    below = [e for e in verdicts if e < t]
+    above = [e for e in verdicts if e >= t]
+    if not (below and verdicts[max(below)] is None) and not (
+        above and verdicts[min(above)] is None
+    ):
         return t
-    lo = max((e for e in clear_loss if e < t), default=0.0)
-    hi = min((e for e in clear_win if e >= t), default=float(2**40))
+    lo = max((e for e, v in verdicts.items() if v is False and e < t), default=0.0)
+    hi = min((e for e, v in verdicts.items() if v is True and e >= t), default=float(2**40))
     return int(min(max(float(default), math.floor(lo) + 1), hi))
 
 
