@@ -56,7 +56,7 @@ def test_bert_padded_batch_goes_to_blocksparse_per_element():
     mask = M.KeyPadding(_bert_lengths())
     d = F.explain_dispatch(*_qkv(32, 12, 256), mask)
     assert d.chosen == "blocksparse", str(d)
-    assert "64 per-element SDPA calls" in str(d), str(d)
+    assert "64 per-element query blocks" in str(d), str(d)
     # the same with gradients (a fine-tuning step) and with a longer padded batch
     assert F.explain_dispatch(*_qkv(32, 12, 256, grad=True), mask).chosen == "blocksparse"
     long = M.KeyPadding(_bert_lengths(8, 1024))
@@ -70,7 +70,7 @@ def test_small_per_element_calls_go_to_dense():
     d = F.explain_dispatch(*_qkv(32, 4, 256), mask)
     assert d.chosen == "dense", str(d)
     (why,) = d.reasons["blocksparse"]
-    assert "per batch element" in why and "64 SDPA calls" in why, why
+    assert "per batch element" in why and "64 query blocks" in why, why
     assert f"{bs.ELEMENT_CALL_ENTRIES:,}" in why, why
 
 
@@ -102,7 +102,7 @@ def test_per_element_padding_with_large_calls_keeps_blocksparse():
     assert F.explain_dispatch(*_qkv(2, 4, 512), short).chosen == "blocksparse"
     d = F.explain_dispatch(*_qkv(2, 2, 512), short)
     assert d.chosen == "dense", str(d)
-    assert "8 SDPA calls of 49,152 skipped score entries each" in str(d), str(d)
+    assert "8 query blocks of 49,152 skipped score entries each" in str(d), str(d)
 
 
 def test_long_windowed_calls_keep_blocksparse():

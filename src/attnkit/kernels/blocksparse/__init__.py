@@ -349,12 +349,12 @@ class BlocksparseBackend(Backend):
             return [f"mask leaves only {each:.0%} of {blocks} empty (< {least:.0%}), by {cite}"], []
         entries = t.cite("blocksparse_element_call_entries")
         if skipped >= t.blocksparse_element_call_entries:
-            note = f"{calls} per-element SDPA calls skip {skipped:,.0f} score entries each, by "
+            note = f"{calls} per-element query blocks skip {skipped:,.0f} score entries each, by "
             return [], [note + entries]
         return [
             f"mask leaves {each:.0%} of {blocks} empty per batch element but only {frac:.0%} "
-            f"in every element (< {least:.0%}); skipping per element takes {calls} "
-            f"SDPA calls of {skipped:,.0f} skipped score entries each "
+            f"in every element (< {least:.0%}); skipping per element means {calls} "
+            f"query blocks of {skipped:,.0f} skipped score entries each "
             f"(< {t.blocksparse_element_call_entries:,}): slower than dense, by {entries}"
         ], []
 

@@ -321,11 +321,49 @@ def _rows_plan(call: AttentionCall, block_q: int, block_kv: int, dtype: torch.dt
             if rp[2] and bias is None:
                 calls.append(Call(q0, q1, rp[0], rp[1], p))
                 continue
+            run = None if bias is not None else column_run(allowed[p, :, a:b])
+            if run is not None:  # the same keys for every row (key padding): no tile mask
+                calls.append(Call(q0, q1, rp[0] + run[0], rp[0] + run[1], p))
+                continue
             fm, row_ok = _additive(
                 allowed[p, :, a:b], None if bias is None else bias[p, :, a:b], dtype
             )
             calls.append(Call(q0, q1, rp[0], rp[1], p, fm, row_ok))
+    if per_element:
+        calls = merge_row_blocks(calls)
     return CallsPlan("rows", lq, lk, lead, n_el, tuple(calls))
+
+
+def column_run(allowed: Tensor) -> tuple[int, int] | None:
+    """(a, b) when ``allowed`` (n, m) allows exactly the columns a:b (a < b) in every row, as
+    key padding does; else None."""
+    cols = allowed.any(0)
+    if not bool(cols.any()) or not bool((allowed == cols).all()):
+        return None
+    idx = cols.nonzero()[:, 0]
+    a, b = int(idx[0]), int(idx[-1]) + 1
+    return (a, b) if b - a == idx.numel() else None
+
+
+def merge_row_blocks(calls: list[Call]) -> list[Call]:
+    """Per-element calls with consecutive query rows, the same keys and no tile mask merged into
+    one call each (one SDPA call of a whole element's rows instead of one per query block);
+    every other call kept, in the order of its first block."""
+    out: list[Call] = []
+    last: dict[int | None, int] = {}  # element -> index in out of its last mergeable call
+    for c in calls:
+        plain = c.p is not None and c.mask is None and c.row_ok is None and not c.is_causal
+        i = last.get(c.p) if plain else None
+        prev = None if i is None else out[i]
+        if prev is not None and (prev.q1, prev.lo, prev.hi) == (c.q0, c.lo, c.hi):
+            out[i] = Call(prev.q0, c.q1, c.lo, c.hi, c.p)
+            continue
+        if plain:
+            last[c.p] = len(out)
+        else:
+            last.pop(c.p, None)
+        out.append(c)
+    return out
 
 
 def _to_elements(t: Tensor, mask: Mask, lead: int, lead_shape: tuple[int, ...]) -> Tensor:
