@@ -28,7 +28,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from attnkit.kernels.numba import openmp, runtime
+from attnkit.kernels.numba import contention, openmp, runtime
 
 __all__ = ["MIN_SPLIT", "ONE_THREAD_BYTES", "attend_split_k", "numba_missing"]
 
@@ -121,7 +121,9 @@ def attend_split_k(q: Tensor, k: Tensor, v: Tensor, scale: float, limit: float) 
         (blocks - 1) * ks0 + (n - 1) * ks1 + dk, (blocks - 1) * vs0 + (n - 1) * vs1 + dv,
         ks0, ks1, vs0, vs1, rows, n, dk, dv, chunk, splits, m_addr, l_addr, acc_addr, bad_addr,
     ))  # fmt: skip
-    addr, team = block.buffer_info()[0], min(units, threads)
+    # the units are fixed above by the configured threads; the team that claims them may be
+    # smaller on a contended machine (no change to the result)
+    addr, team = block.buffer_info()[0], min(units, contention.team(threads))
     if team == 1:
         kern.run_units.ctypes(addr)
     elif openmp.available():
