@@ -190,6 +190,44 @@ def test_overflow_on_the_device_path_is_nan_not_a_silent_value():
     assert torch.isfinite(host).all()
 
 
+def test_overflow_bound_flags_rows_even_when_the_kernel_returns_a_finite_value():
+    """A kernel need not turn an overflow into NaN (torch 2.15's CPU kernel gives 0): the rows
+    whose bound d * max|q_i| * max|k| reaches the score limit are bad whatever ``out`` holds;
+    rows far below it are not, and grouped heads use their own k/v head's bound. No host read."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 3, 8, generator=g)
+    k = torch.randn(2, 2, 5, 8, generator=g)
+    v = torch.randn(2, 2, 5, 8, generator=g)
+    q[0, 1, 2] *= 1e20  # row 2 of query head 1, which reads k/v head 0 of element 0
+    k[0, 0] *= 1e19  # every key of that head: only the huge q row reaches the limit
+    k[1, 1, 4] *= 1e20  # k/v head 1 of element 1, read by query heads 2 and 3
+    q[1, 3, 0] *= 1e19
+    out = torch.zeros(2, 4, 3, 8)  # finite, as the silent kernel leaves it
+    limit = torch.finfo(torch.float32).max / 4
+    with NoHostSync():
+        bad = numerics.device_bad_rows(q, k, v, out, limit)[..., 0]
+    want = torch.zeros(2, 4, 3, dtype=torch.bool)
+    want[0, 1, 2] = want[1, 3, 0] = True
+    # the bound in float64 (no row is near the limit)
+    qm = q.double().abs().amax(-1)
+    km = k.double().abs().amax((-2, -1)).repeat_interleave(2, 1)
+    assert torch.equal(8 * qm * km[..., None] >= limit, want)
+    assert torch.equal(bad, want)
+    assert not numerics.device_bad_rows(q, k, v, out)[..., 0].any()  # no limit: finite is fine
+
+
+def test_overflow_on_the_device_path_is_nan_for_every_kernel():
+    """fp32 scores beyond float32 on the device path: NaN rows from every backend that runs
+    them, and the host path's float64 gives finite rows."""
+    q, k, v = _qkv((1,), 3, 5)
+    q, k = q * 1e20, k * 1e20
+    for backend in ("dense", "math"):
+        with numerics.use_path("device"), NoHostSync():
+            out = F.scaled_dot_product_attention(q, k, v, backend=backend)
+        assert torch.isnan(out).all(), backend
+    assert torch.isfinite(F.scaled_dot_product_attention(q, k, v, backend="dense")).all()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.cuda
 @pytest.mark.parametrize("mask", [None, "top_left", "bottom_right"])

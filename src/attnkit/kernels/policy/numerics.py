@@ -301,20 +301,32 @@ def nonfinite_rows(call: AttentionCall) -> Tensor:
     return torch.cat(parts, dim=-1)
 
 
-def device_bad_rows(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> Tensor:
+def device_bad_rows(q: Tensor, k: Tensor, v: Tensor, out: Tensor, qk_limit=None) -> Tensor:
     """Bool (..., Lq, 1), on the device, without a host sync: the output rows that are not
     finite (an overflow, or a NaN/inf the kernel passed on), the rows whose q row holds a NaN or
     +-inf, and every row of a batch element and head whose k or v holds one anywhere (one
     max|x| reduction per (batch, head) of k and v, in their own dtype; a grouped call's k/v
     head covers its group of query heads). Other batch elements and heads keep their rows, so a
-    row with no allowed key stays 0 there (P1)."""
-    q_bad = ~torch.isfinite(q.detach()).all(-1, keepdim=True)  # (..., Lq, 1)
-    kv_ok = torch.isfinite(
-        torch.linalg.vector_norm(k.detach(), math.inf, dim=(-2, -1), keepdim=True)
-    ) & torch.isfinite(torch.linalg.vector_norm(v.detach(), math.inf, dim=(-2, -1), keepdim=True))
+    row with no allowed key stays 0 there (P1).
+
+    ``qk_limit`` (dot-product calls): also the rows whose bound d * max|q_i| * max|k| of
+    |q_i . k_j| reaches it (the score limit of the compute dtype over |scale|, P5's bound).
+    Their scores may have overflowed, and a fused kernel need not turn an overflow into NaN
+    (torch 2.15's CPU kernel gives 0 for a row whose scores all overflow)."""
+    q_max = torch.linalg.vector_norm(q.detach(), math.inf, dim=-1, keepdim=True)  # (..., Lq, 1)
+    k_max = torch.linalg.vector_norm(k.detach(), math.inf, dim=(-2, -1), keepdim=True)
+    kv_ok = torch.isfinite(k_max) & torch.isfinite(
+        torch.linalg.vector_norm(v.detach(), math.inf, dim=(-2, -1), keepdim=True)
+    )
     if q.dim() >= 3 and kv_ok.dim() >= 3 and kv_ok.shape[-3] not in (1, q.shape[-3]):
-        kv_ok = kv_ok.repeat_interleave(q.shape[-3] // kv_ok.shape[-3], dim=-3)  # grouped heads
-    return ~torch.isfinite(out).all(-1, keepdim=True) | q_bad | ~kv_ok
+        g = q.shape[-3] // kv_ok.shape[-3]  # grouped heads
+        kv_ok, k_max = kv_ok.repeat_interleave(g, dim=-3), k_max.repeat_interleave(g, dim=-3)
+    bad = ~torch.isfinite(out).all(-1, keepdim=True) | ~torch.isfinite(q_max) | ~kv_ok
+    if qk_limit is not None:
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        bound = q_max.to(acc) * k_max.to(acc) * q.shape[-1]
+        bad = bad | ~(bound < qk_limit)
+    return bad
 
 
 def device_all_finite(*tensors: Tensor) -> Tensor:
@@ -357,7 +369,10 @@ def finish(
     if weights is not None and weights.dtype != dtype:
         weights = weights.to(dtype)
     if d.checked == "device":
-        bad = device_bad_rows(call.q, call.k, call.v, out)
+        limit = None
+        if call.softcap is None and call.scale != 0:  # a cap bounds the scores itself
+            limit = _limits(d.compute)[0] / abs(call.scale)
+        bad = device_bad_rows(call.q, call.k, call.v, out, limit)
     elif not d.finite:
         bad = nonfinite_rows(call)[..., None]
     else:
