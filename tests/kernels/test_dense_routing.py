@@ -1,6 +1,7 @@
 """Which SDPA arguments the dense backend passes (a spy on ``F.scaled_dot_product_attention``),
-and that each route equals the float64 reference: causal masks are never materialised
-(top-left: ``is_causal=True``; bottom-right with Lq <= Lk: ``causal_lower_right``), grouped
+and that each route equals the float64 reference: causal masks are never materialised by
+attnkit (top-left: ``is_causal=True``; bottom-right with Lq <= Lk: ``causal_lower_right``, or on
+the CPU with Lq < Lk and one head count, no SDPA call: ``kernels/causal_chunk.py``), grouped
 k/v heads run on ``enable_gqa=True`` without a repeat."""
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def test_sdpa_arguments_and_results(monkeypatch, path, dtype, mask, lq, lk, want
     q, k, v = _qkv(8, groups, lq, lk, dtype)
     with numerics.use_path(path):
         out = F.grouped_query_attention(q, k, v, mask, backend="dense")
+    ref = _ref(q, k, v, mask, lq, lk)
+    if want == "lower_right" and groups == 8:  # CPU: kernels/causal_chunk.py, no SDPA call
+        assert spy.calls == []
+        np.testing.assert_allclose(out.double().numpy(), ref, atol=TOL[dtype], rtol=TOL[dtype])
+        return
     (kw,) = spy.calls
     assert kw["k_heads"] == groups  # k/v never repeated
     assert kw.get("enable_gqa", False) == (groups < 8)
@@ -85,7 +91,6 @@ def test_sdpa_arguments_and_results(monkeypatch, path, dtype, mask, lq, lk, want
     else:
         assert isinstance(attn, CausalBias) and attn.variant == CausalVariant.LOWER_RIGHT
         assert not kw.get("is_causal", False)
-    ref = _ref(q, k, v, mask, lq, lk)
     np.testing.assert_allclose(out.double().numpy(), ref, atol=TOL[dtype], rtol=TOL[dtype])
 
 

@@ -1,8 +1,9 @@
 """``dense``: PyTorch's fused ``scaled_dot_product_attention``.
 
 Dot-product scores; no mask, the causal masks (top-left: SDPA's ``is_causal=True``;
-bottom-right with Lq <= Lk: ``torch.nn.attention.bias.causal_lower_right``, never a
-materialised mask), or a mask small enough to materialise (at most DENSE_MASK_LIMIT entries).
+bottom-right with Lq <= Lk: ``torch.nn.attention.bias.causal_lower_right``, native in the CUDA
+kernels; on the CPU, where torch would materialise it, :mod:`attnkit.kernels.causal_chunk`'s two
+fused calls when Lq < Lk), or a mask small enough to materialise (at most DENSE_MASK_LIMIT entries).
 Rows that a mask leaves without any key are computed with a harmless mask and then zeroed, so
 they give 0, not NaN (on the policy's device path by a device-side select, without reading
 back whether any row is empty). The NaN/inf policy of :mod:`attnkit.kernels.policy.numerics` is
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
+from attnkit.kernels import causal_chunk
 from attnkit.kernels.call.backend import Backend, fused_backward_reasons
 from attnkit.kernels.call.base import AttentionCall
 from attnkit.kernels.policy.decision import NumericsDecision
@@ -99,6 +101,8 @@ def attend(call: AttentionCall, d: NumericsDecision) -> tuple[Tensor, None]:
     if how == "top_left":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw), None
     if how == "bottom_right":
+        if causal_chunk.applies(q, k, v, call.dropout_p):  # CPU: no (Lq, Lk) mask built
+            return causal_chunk.attend(q, k, v, call.scale), None
         bias = causal_lower_right(call.q_len, call.kv_len)  # every row has a key (P1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **kw), None
     allowed, bias = call.dense_mask(torch.promote_types(compute, q.dtype))
