@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import attnkit.kernels.blocksparse as bs
+from attnkit.kernels.blocksparse import plans
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference
@@ -209,3 +210,19 @@ def test_functional_entry_point_with_forced_backend():
         *(t.detach().double().numpy() for t in (q, k, v)), mask=S.ref_mask(spec, batch, lq, lq)
     ).output.copy()
     assert rel_err(out_u, torch.from_numpy(want_u)) <= 1e-5
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2**15])
+def test_band_backward_in_chunks_of_blocks(monkeypatch, chunk_bytes):
+    """The band's interior backward run in chunks of one or a few blocks (their key-window
+    gradients folded into dk, dv chunk by chunk): gradients against float64, odd lengths,
+    Lq != Lk, both alignments, causal and symmetric bands."""
+    monkeypatch.setattr(plans, "BACKWARD_CHUNK_BYTES", chunk_bytes)
+    specs = [
+        S.sliding_window(5),
+        S.sliding_window(6, 0) & S.causal(),
+        S.sliding_window(4, alignment="bottom_right") & S.causal("bottom_right"),
+    ]
+    for i, spec in enumerate(specs):
+        q, k, v = inputs((2, 3), 71, 77 if i == 2 else 71, 8, 6, torch.float64, seed=i)
+        check(q, k, v, spec, 8, 8)

@@ -81,6 +81,14 @@ blocks as the call's batch and the batch elements as its heads (:meth:`BandPlan.
 writing the output in (L, N, d) memory."""
 
 
+BACKWARD_CHUNK_BYTES = 2**23
+"""Most bytes of the key-window gradients (k and v) of one fused backward call of a band's
+interior; the interior runs in chunks of blocks below it. The fused op zero-fills its gradient
+windows, which hold each key about window / block times: at L = 16k, window 128, 8 heads, one
+call over the whole interior filled 370 MB of fresh pages, 28% of the backward in page faults,
+where chunks reuse the same few MB of heap."""
+
+
 @dataclass(frozen=True)
 class BandPlan:
     """A band ``lo <= j - i - offset <= hi`` on (N, L, d) tensors: query blocks
@@ -162,18 +170,27 @@ class BandPlan:
         n, bq, w = self.interior_blocks, self.block, self.window
         return t[:, self.start : self.start + (n - 1) * bq + w].unfold(1, w, bq).transpose(-1, -2)
 
-    def _fold_into(self, g: Tensor, gw: Tensor) -> None:
-        """Add the gradient of the windows gw (N, nb, W, d) into g (N, Lk, d)."""
-        n, bq, w = self.interior_blocks, self.block, self.window
+    def _fold_into(self, g: Tensor, gw: Tensor, b0: int = 0) -> None:
+        """Add the gradient of the windows gw (N, n, W, d) of interior blocks b0 .. b0 + n - 1
+        (counted from the first interior block) into g (N, Lk, d)."""
+        n, bq, w = gw.shape[1], self.block, self.window
         sn, sl, sd = g.stride()
         for c in range(math.ceil(w / bq)):  # window rows c*bq.. of block b: keys s + (b+c)*bq..
             t = min(bq, w - c * bq)
             dst = g.as_strided(
                 (g.shape[0], n, t, g.shape[2]),
                 (sn, bq * sl, sl, sd),
-                g.storage_offset() + (self.start + c * bq) * sl,
+                g.storage_offset() + (self.start + (b0 + c) * bq) * sl,
             )
             dst += gw[:, :, c * bq : c * bq + t]
+
+    def _backward_chunks(self, n: int, width: int, itemsize: int) -> list[slice]:
+        """The interior blocks in runs whose key-window gradients, (n, blocks, W, width) for
+        k and v together, stay within :data:`BACKWARD_CHUNK_BYTES`."""
+        per_block = max(1, n * self.window * width * itemsize)
+        per = max(1, BACKWARD_CHUNK_BYTES // per_block)
+        nb = self.interior_blocks
+        return [slice(c, min(nb, c + per)) for c in range(0, nb, per)]
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, scale: float, sinks=None):
         """q (N, Lq, d), k, v (N, Lk, d), sinks (N, Lq, 1) or None -> (output (N, Lq, d),
@@ -239,11 +256,14 @@ class BandPlan:
         if self.interior_blocks:
             o, lse = saved[-1]
             kw, vw = self._windows(k), self._windows(v)
-            qi, goi = self._blocks(q), self._blocks(go)
-            a, b, d = tiles.sdpa_bwd(goi, qi, kw, vw, o, lse, self.mask, scale, False)
-            gq[:, self._rows()] += a.flatten(1, 2)
-            self._fold_into(gk, b)
-            self._fold_into(gv, d)
+            qi, goi, gqi = self._blocks(q), self._blocks(go), self._blocks(gq)
+            width = k.shape[-1] + v.shape[-1]
+            for c in self._backward_chunks(q.shape[0], width, k.element_size()):
+                args = (goi[:, c], qi[:, c], kw[:, c], vw[:, c], o[:, c], lse[:, c])
+                a, b, d = tiles.sdpa_bwd(*args, self.mask, scale, False)
+                gqi[:, c] += a
+                self._fold_into(gk, b, c.start)
+                self._fold_into(gv, d, c.start)
             if gs is not None:
                 rs = (goi * o).sum(-1)
                 self._blocks(gs)[..., 0].add_(sink_grad(self._blocks(sinks)[..., 0], lse, rs))
