@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import attnkit.kernels.blocksparse as bs
-from attnkit.kernels.blocksparse import plans
 from attnkit import functional as F
 from attnkit import masks as M
 from attnkit import reference
 from attnkit.kernels import dispatch
+from attnkit.kernels.blocksparse import plans
 from attnkit.kernels.call.base import AttentionCall
 from tests.support import masks as S
 from tests.support.numerics import rel_err
