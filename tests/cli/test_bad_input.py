@@ -10,6 +10,7 @@ parent directories)."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -134,3 +135,40 @@ def test_decoding_options_on_a_language_model_are_refused(capsys, lm_run, option
     code = main(["evaluate", "--ckpt", str(lm_run), *option])
     _, err = capsys.readouterr()
     assert code == 2 and f"{option[0]}: a language model is scored" in err, err
+
+
+def test_a_directory_without_write_permission_is_one_line_before_any_work(tmp_path):
+    # was: "[Errno 13] Permission denied: '.../.x.html.1yz7ov4p.tmp'" (the temporary file's
+    # name, not the option), after the model had run; train: "Permission denied: 'runs'"
+    from tests.support.unwritable import run_unwritable, unwritable_dir
+
+    ro, prefix = unwritable_dir(tmp_path)
+    missing = tmp_path / "missing"  # no checkpoint: the output is checked before the read
+    argvs = {
+        "-o": ["view", "hi", "-o", f"{ro}/x.html"],
+        "--png": ["explain", "--png", f"{ro}/w.png"],
+        "--output": ["translate", "--ckpt", f"{missing}", "x", "--output", f"{ro}/o.txt"],
+        "--view": ["generate", "--ckpt", f"{missing}", "--prompt", "a", "--view", f"{ro}/v.html"],
+        "OUT": ["export", "--ckpt", f"{missing}", "--to", "hf", f"{ro}/hf"],
+        "--out": ["train", "--task", "copy", "--max-steps", "1", "--out", f"{ro}/runs/a"],
+    }
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from attnkit.cli import main\n"
+        "found = {}\n"
+        f"for name, argv in {argvs!r}.items():\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        found[name] = [main(argv), err.getvalue()]\n"
+        "print(json.dumps(found))\n"
+    )
+    r = run_unwritable(prefix, code)
+    assert r.returncode == 0, r.stderr
+    for name, (status, err) in json.loads(r.stdout).items():
+        verb = argvs[name][0]
+        assert status == 2 and "Traceback" not in err, (name, err)
+        assert err.strip().splitlines() == [
+            f"attnkit {verb}: error: {name}: cannot create files in the directory '{ro}' "
+            "(permission denied or a read-only file system)"
+        ], (name, err)
+    assert list(ro.iterdir()) == []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from attnkit.cli.support import options as o
 from attnkit.cli.support.common import UsageError, one_line
+from attnkit.files import check_writable
 
 NAME = "export"
 EXAMPLES = """\
@@ -69,6 +70,7 @@ def run(ns: argparse.Namespace) -> int:
         raise UsageError(f"OUT: {ns.out} exists and is not an empty directory; choose a new one")
     if not out.absolute().parent.is_dir():  # as -o / --output of the other verbs
         raise UsageError(f"OUT: the directory '{out.absolute().parent}' does not exist")
+    check_writable("OUT", out.absolute().parent)
     loaded = session.load(ns.ckpt, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     if loaded.kind == "lm":

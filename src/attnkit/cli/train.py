@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from attnkit.cli.support.common import UsageError, option_names
 from attnkit.cli.support.options import DEVICE, add, on_device
+from attnkit.files import check_writable
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnkit.train.config import TrainConfig
@@ -294,6 +295,8 @@ def run(ns: argparse.Namespace) -> int:
             config = dataclasses.replace(base, **given)
         except TypeError as e:  # pragma: no cover - OPTIONS mirror the dataclass
             raise UsageError(str(e)) from None
+        # before the data is read; the run directory is --out, or the resumed one
+        check_writable("--resume" if ns.resume and not ns.out else "--out", out)
         mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
         try:
             with on_device(ns.device):

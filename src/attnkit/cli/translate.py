@@ -11,6 +11,7 @@ from pathlib import Path
 from attnkit import checks
 from attnkit.cli.support import options as o
 from attnkit.cli.support.common import UsageError, one_line, utf8_text
+from attnkit.files import check_writable
 
 NAME = "translate"
 EXAMPLES = """\
@@ -107,6 +108,7 @@ def _check(ns: argparse.Namespace) -> None:
         out = Path(ns.output)
         if out.is_dir() or not out.parent.is_dir():
             raise UsageError(f"--output: {ns.output} is a directory or in a missing directory")
+        check_writable("--output", out.parent)
 
 
 def _inputs(ns: argparse.Namespace) -> list[str]:
