@@ -103,7 +103,7 @@ OPTIONS: dict[str, tuple[str, str, dict]] = {
     "--dim-feedforward": ("dim_feedforward", "feed-forward width", {}),
     "--dropout": ("dropout", "dropout", {}),
     "--batch-size": ("batch_size", "sequences per batch", {}),
-    "--warmup": ("warmup", "warm-up steps of the schedule", {}),
+    "--warmup": ("warmup", "warm-up steps of the schedule (cosine, constant: 0 = none)", {}),
     "--lr-factor": ("lr_factor", "factor of the schedule", {}),
     "--weight-decay": ("weight_decay", "AdamW weight decay on matrices only (Linear weights, "
                        "embeddings; not biases or LayerNorm weights, as nanoGPT)", {}),
