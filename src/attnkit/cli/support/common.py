@@ -10,7 +10,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NoReturn
 
 from attnkit.terminal import printable
@@ -58,6 +58,18 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, except that a verb's parser refuses what it does not know itself, so
+        the error names the verb and its ``--help`` (argparse leaves them to the top-level
+        parser, which said ``attnkit: error: unrecognized arguments`` and pointed to
+        ``attnkit --help``, where no verb's options are listed)."""
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != PROG:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
 
 
 _FILE_WIDTH = 100  # rules and panels off a terminal
