@@ -16,6 +16,7 @@ from attnkit.cli.support.options import DEVICE, add, on_device
 from attnkit.files import check_writable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from attnkit.train.checkpoint import Checkpoint
     from attnkit.train.config import TrainConfig
 
 
@@ -295,6 +296,8 @@ def run(ns: argparse.Namespace) -> int:
             config = dataclasses.replace(base, **given)
         except TypeError as e:  # pragma: no cover - OPTIONS mirror the dataclass
             raise UsageError(str(e)) from None
+        if resumed is not None:
+            _check_steps_left(resumed, config.max_steps, given_steps="max_steps" in given)
         # before the data is read; the run directory is --out, or the resumed one
         check_writable("--resume" if ns.resume and not ns.out else "--out", out)
         mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
@@ -315,6 +318,21 @@ def run(ns: argparse.Namespace) -> int:
     else:
         print(f"decode:   attnkit translate --ckpt {out} {_trained_example(out)}")
     return 0
+
+
+def _check_steps_left(resumed: Checkpoint, max_steps: int | None, given_steps: bool) -> None:
+    """Refuse to resume a run that has no step left before ``max_steps`` (a total): it would
+    train nothing, evaluate again and write its last checkpoint over itself."""
+    if max_steps is None or max_steps > resumed.step:
+        return
+    at = f"{resumed.path} is at step {resumed.step}"
+    if given_steps:
+        raise UsageError(
+            f"--max-steps: expected more than {resumed.step} (a total: {at}), got {max_steps}"
+        )
+    raise UsageError(
+        f"--resume: {at}, the run's --max-steps; give a larger --max-steps (a total) to continue it"
+    )
 
 
 def _summary(log: Path) -> None:
