@@ -172,3 +172,47 @@ def test_a_directory_without_write_permission_is_one_line_before_any_work(tmp_pa
             "(permission denied or a read-only file system)"
         ], (name, err)
     assert list(ro.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["evaluate", "--ckpt", "{p}"], "--ckpt"),
+        (["translate", "--ckpt", "{p}", "x"], "--ckpt"),
+        (["generate", "--ckpt", "{p}", "--prompt", "a"], "--ckpt"),
+        (["export", "--ckpt", "{p}", "--to", "hf", "{d}/hf"], "--ckpt"),
+        (["train", "--resume", "{p}"], "--resume"),
+    ],
+)
+def test_an_unusable_checkpoint_names_the_option(capsys, tmp_path, lm_run, argv, flag):
+    # was "runs/x: no such checkpoint or run directory": the path, but not the option
+    import shutil
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(lm_run, corrupt)
+    read = "best" if argv[0] != "train" else sorted(corrupt.glob("step-*"))[-1].name  # resume: last
+    weights = corrupt / read / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    for path, message in [
+        (tmp_path / "missing", f"{tmp_path / 'missing'}: no such checkpoint or run directory"),
+        (corrupt, f"{weights}: corrupted checkpoint (SHA-256 differs from manifest.json)"),
+    ]:
+        code = main([a.format(p=path, d=tmp_path) for a in argv])
+        _, err = capsys.readouterr()
+        assert code == 2, err
+        assert err == f"attnkit {argv[0]}: error: {flag}: {message}\n"
+
+
+def test_an_unusable_run_given_as_model_names_the_option(capsys, tmp_path, lm_run):
+    import shutil
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(lm_run, corrupt)
+    (corrupt / "best" / "config.json").write_text("{}")
+    for verb in (["view", "hi", "-o", str(tmp_path / "v.html")], ["explain", "hi"]):
+        code = main([*verb, "--model", str(corrupt)])
+        _, err = capsys.readouterr()
+        assert code == 2, err
+        config = corrupt / "best" / "config.json"
+        expected = f"--model: {config}: corrupted checkpoint (SHA-256 differs from manifest.json)"
+        assert err == f"attnkit {verb[0]}: error: {expected}\n"

@@ -94,7 +94,8 @@ def _run(ns: argparse.Namespace) -> int:
     from attnkit.train.inference import metrics, session
 
     with o.renamed(*OPTIONS):
-        loaded = session.load(ns.ckpt, best=True)
+        with o.checkpoint_of("--ckpt"):
+            loaded = session.load(ns.ckpt, best=True)
         if loaded.kind == "lm":  # nats/token, bits/char, perplexity (cli.support.evaluate_lm)
             from attnkit.cli.support import evaluate_lm
 

@@ -71,7 +71,8 @@ def run(ns: argparse.Namespace) -> int:
     if not out.absolute().parent.is_dir():  # as -o / --output of the other verbs
         raise UsageError(f"OUT: the directory '{out.absolute().parent}' does not exist")
     check_writable("OUT", out.absolute().parent)
-    loaded = session.load(ns.ckpt, best=True)
+    with o.checkpoint_of("--ckpt"):
+        loaded = session.load(ns.ckpt, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     if loaded.kind == "lm":
         lm_class(loaded.model.config)  # refuses naming the feature, before transformers loads

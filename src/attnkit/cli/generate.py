@@ -108,7 +108,8 @@ def _run(ns: argparse.Namespace) -> int:
     from attnkit.train.inference import session
     from attnkit.train.inference.lm_generate import generate_ids
 
-    loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
+    with o.checkpoint_of("--ckpt"):  # a run directory: best/ when it exists
+        loaded = session.load(ns.ckpt, best=True)
     if loaded.kind != "lm":
         raise UsageError(
             f"generate: {loaded.path} is an encoder-decoder (task "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnkit.cli.support.common import UsageError, option_names
-from attnkit.cli.support.options import DEVICE, add, on_device
+from attnkit.cli.support.options import DEVICE, add, checkpoint_of, on_device
 from attnkit.files import check_writable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -270,7 +270,8 @@ def run(ns: argparse.Namespace) -> int:
     resumed = None
     with option_names(NAMES):
         if ns.resume is not None:
-            resumed = resolve(ns.resume)  # found and verified once, for this verb and the run
+            with checkpoint_of("--resume"):  # found and verified once, for the verb and the run
+                resumed = resolve(ns.resume)
             base = resumed.train_config
             out = Path(ns.out) if ns.out else resumed.run_dir
         else:

@@ -160,7 +160,8 @@ def _run(ns: argparse.Namespace) -> int:
 
     _check(ns)
     lines = _inputs(ns)  # a missing --input is reported before the checkpoint is read
-    loaded = session.load(ns.ckpt, best=True)
+    with o.checkpoint_of("--ckpt"):
+        loaded = session.load(ns.ckpt, best=True)
     if loaded.kind != "seq2seq":
         raise UsageError(
             f"translate: {loaded.path} is a language model (task lm); use "

@@ -22,7 +22,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from attnkit import checks
-from attnkit.cli.support.common import option_names
+from attnkit.cli.support.common import UsageError, option_names
 
 __all__ = [
     "BATCH_SIZE",
@@ -34,6 +34,7 @@ __all__ = [
     "Option",
     "add",
     "check",
+    "checkpoint_of",
     "float_arg",
     "int_arg",
     "names",
@@ -116,6 +117,21 @@ def positive(help: str, default: int | None = None, **kwargs: Any) -> dict[str, 
 CKPT = Option("--ckpt", "ckpt", None, dict(required=True, metavar="DIR",
               help="checkpoint or run directory"))  # fmt: skip
 """The checkpoint of evaluate, translate, generate and export (read by ``session.load``)."""
+
+
+@contextlib.contextmanager
+def checkpoint_of(flag: str) -> Iterator[None]:
+    """Inside the block, a checkpoint that cannot be used (missing, not a checkpoint, a file
+    missing or corrupt: :class:`~attnkit.train.checkpoint.CheckpointError`, whose message
+    names the path) is a UsageError naming ``flag`` first (``--ckpt: runs/x: no such
+    checkpoint or run directory``)."""
+    from attnkit.train.checkpoint import CheckpointError  # torch-free; imported by a running verb
+
+    try:
+        yield
+    except CheckpointError as e:
+        raise UsageError(f"{flag}: {e}") from None
+
 
 DEVICE = Option("--device", "device", None, dict(default="cpu", metavar="DEVICE", help="cpu "
                 "(default), cuda, cuda:N or mps; an error when this machine has no such "
