@@ -89,8 +89,13 @@ def run(ns: argparse.Namespace) -> int:
     )
     if loaded.kind == "lm":
         n = loaded.model.config.max_len
+        rows = (  # GPT-2's learned table is the training window; Pegasus's sinusoids are not
+            "its training window, --block-size"
+            if cls == "GPT2LMHeadModel"
+            else "the rows of its sinusoidal position table"
+        )
         print(
-            f"the model holds {n} positions (its training window, --block-size): "
+            f"the model holds {n} positions ({rows}): "
             f"generation_config.json stops generate() at max_length={n} tokens, prompt "
             f"included; keep prompt + max_new_tokens <= {n} (transformers lets max_new_tokens "
             "override max_length and fails past the last position)"
