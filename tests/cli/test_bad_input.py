@@ -216,3 +216,26 @@ def test_an_unusable_run_given_as_model_names_the_option(capsys, tmp_path, lm_ru
         config = corrupt / "best" / "config.json"
         expected = f"--model: {config}: corrupted checkpoint (SHA-256 differs from manifest.json)"
         assert err == f"attnkit {verb[0]}: error: {expected}\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--task", "lm", "--data", "{d}/missing.txt"], "{d}/missing.txt: cannot read"),
+        (["train", "--task", "lm", "--data", "{d}/bad.txt"], "{d}/bad.txt:1: not UTF-8"),
+        (["train", "--task", "translate", "--data", "{d}/ref.txt"], "{d}/ref.txt:1: expected"),
+        (["evaluate", "--ckpt", "{run}", "--data", "{d}/missing.txt"], "{d}/missing.txt: cannot"),
+        (["evaluate", "--ckpt", "{run}", "--data", "{d}/empty.txt"], "{d}/empty.txt: "),
+    ],
+)
+def test_an_unusable_data_file_names_the_option(capsys, files, lm_run, argv, message):
+    # was the file's path alone ("/x/missing.txt: cannot read the file (...)")
+    fill = dict(d=files, run=lm_run)
+    argv = [a.format(**fill) for a in argv]
+    if argv[0] == "train":
+        argv += ["--max-steps", "1", "--out", str(files / "run")]
+    code = main(argv)
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"attnkit {argv[0]}: error: --data: {message.format(**fill)}"), err
+    assert not (files / "run").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnkit.cli.support.common import UsageError, option_names
-from attnkit.cli.support.options import DEVICE, add, checkpoint_of, on_device
+from attnkit.cli.support.options import DEVICE, add, checkpoint_of, data_of, on_device
 from attnkit.files import check_writable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -303,7 +303,7 @@ def run(ns: argparse.Namespace) -> int:
         check_writable("--resume" if ns.resume and not ns.out else "--out", out)
         mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
         try:
-            with on_device(ns.device):
+            with on_device(ns.device), data_of("--data", config.data is not None):
                 train(config, out, resume=resumed, progress=mode, tensorboard=ns.tensorboard)
         except TrainingInterrupted as e:
             print(e, file=sys.stderr)

@@ -33,8 +33,10 @@ __all__ = [
     "MAX_LEN",
     "Option",
     "add",
+    "blamed_on",
     "check",
     "checkpoint_of",
+    "data_of",
     "float_arg",
     "int_arg",
     "names",
@@ -120,17 +122,31 @@ CKPT = Option("--ckpt", "ckpt", None, dict(required=True, metavar="DIR",
 
 
 @contextlib.contextmanager
-def checkpoint_of(flag: str) -> Iterator[None]:
-    """Inside the block, a checkpoint that cannot be used (missing, not a checkpoint, a file
-    missing or corrupt: :class:`~attnkit.train.checkpoint.CheckpointError`, whose message
-    names the path) is a UsageError naming ``flag`` first (``--ckpt: runs/x: no such
-    checkpoint or run directory``)."""
-    from attnkit.train.checkpoint import CheckpointError  # torch-free; imported by a running verb
-
+def blamed_on(flag: str, *errors: type[Exception]) -> Iterator[None]:
+    """Inside the block, an error of the types ``errors`` (whose messages name a file) is a
+    UsageError naming ``flag`` first: the option that gave the file."""
     try:
         yield
-    except CheckpointError as e:
+    except errors as e:
         raise UsageError(f"{flag}: {e}") from None
+
+
+def checkpoint_of(flag: str) -> contextlib.AbstractContextManager[None]:
+    """:func:`blamed_on` ``flag`` for a checkpoint that cannot be used (missing, not a
+    checkpoint, a file missing or corrupt: :class:`~attnkit.train.checkpoint.CheckpointError`):
+    ``--ckpt: runs/x: no such checkpoint or run directory``."""
+    from attnkit.train.checkpoint import CheckpointError  # torch-free; imported by a running verb
+
+    return blamed_on(flag, CheckpointError)
+
+
+def data_of(flag: str, given: bool = True) -> contextlib.AbstractContextManager[None]:
+    """:func:`blamed_on` ``flag`` for a data file that cannot be used (missing, not UTF-8,
+    malformed: :class:`~attnkit.train.data.sources.DataError`), when ``given`` (the verb read
+    a file of that option); else nothing is renamed."""
+    from attnkit.train.data.sources import DataError
+
+    return blamed_on(flag, DataError) if given else contextlib.nullcontext()
 
 
 DEVICE = Option("--device", "device", None, dict(default="cpu", metavar="DEVICE", help="cpu "
