@@ -258,6 +258,7 @@ def _fresh_out(task: str) -> Path:
 
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
+    from attnkit.cli.support.train_scope import refuse_ignored
     from attnkit.train.checkpoint import resolve
     from attnkit.train.config import TrainConfig
     from attnkit.train.loop.trainer import TrainingInterrupted, train
@@ -297,6 +298,7 @@ def run(ns: argparse.Namespace) -> int:
             config = dataclasses.replace(base, **given)
         except TypeError as e:  # pragma: no cover - OPTIONS mirror the dataclass
             raise UsageError(str(e)) from None
+        refuse_ignored(given, config.resolved(), NAMES)
         if resumed is not None:
             _check_steps_left(resumed, config.max_steps, given_steps="max_steps" in given)
         # before the data is read; the run directory is --out, or the resumed one
