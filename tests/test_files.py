@@ -53,6 +53,14 @@ def test_check_writable_accepts_a_writable_directory_and_a_new_one_below_it(tmp_
     assert check_writable("out", tmp_path / "runs" / "a") == tmp_path / "runs" / "a"
 
 
+def test_check_writable_refuses_a_file_on_the_way(tmp_path):
+    # was "[Errno 20] Not a directory: 'notes/run'" from train --out notes/run
+    (tmp_path / "notes").write_text("x")
+    with pytest.raises(NotADirectoryError) as e:
+        check_writable("--out", tmp_path / "notes" / "run")
+    assert str(e.value) == f"--out: '{tmp_path / 'notes'}' is a file, not a directory"
+
+
 def test_check_writable_refuses_a_directory_without_write_permission(tmp_path):
     ro, prefix = unwritable_dir(tmp_path)
     code = (

@@ -19,12 +19,14 @@ def check_writable(name: str, directory: str | os.PathLike) -> Path:
     """``directory`` as a Path, checked before any work: files can be created in it, or, when
     it does not exist yet, in the nearest existing directory above it (which will hold it).
     PermissionError naming ``name`` and that directory otherwise (no write or search permission,
-    or a read-only file system)."""
+    or a read-only file system); NotADirectoryError when that path is a file."""
     d = Path(directory).absolute()
     existing = d
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+    if not existing.is_dir():
+        raise NotADirectoryError(f"{name}: '{existing}' is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(
             f"{name}: cannot create files in the directory '{existing}' (permission denied or "
             "a read-only file system)"
