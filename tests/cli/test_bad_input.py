@@ -10,7 +10,6 @@ parent directories)."""
 from __future__ import annotations
 
 import io
-import json
 
 import pytest
 
@@ -140,7 +139,7 @@ def test_decoding_options_on_a_language_model_are_refused(capsys, lm_run, option
 def test_a_directory_without_write_permission_is_one_line_before_any_work(tmp_path):
     # was: "[Errno 13] Permission denied: '.../.x.html.1yz7ov4p.tmp'" (the temporary file's
     # name, not the option), after the model had run; train: "Permission denied: 'runs'"
-    from tests.support.unwritable import run_unwritable, unwritable_dir
+    from tests.support.unwritable import run_mains, unwritable_dir
 
     ro, prefix = unwritable_dir(tmp_path)
     missing = tmp_path / "missing"  # no checkpoint: the output is checked before the read
@@ -152,19 +151,7 @@ def test_a_directory_without_write_permission_is_one_line_before_any_work(tmp_pa
         "OUT": ["export", "--ckpt", f"{missing}", "--to", "hf", f"{ro}/hf"],
         "--out": ["train", "--task", "copy", "--max-steps", "1", "--out", f"{ro}/runs/a"],
     }
-    code = (
-        "import contextlib, io, json, sys\n"
-        "from attnkit.cli import main\n"
-        "found = {}\n"
-        f"for name, argv in {argvs!r}.items():\n"
-        "    err = io.StringIO()\n"
-        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):\n"
-        "        found[name] = [main(argv), err.getvalue()]\n"
-        "print(json.dumps(found))\n"
-    )
-    r = run_unwritable(prefix, code)
-    assert r.returncode == 0, r.stderr
-    for name, (status, err) in json.loads(r.stdout).items():
+    for name, (status, err) in run_mains(prefix, argvs).items():
         verb = argvs[name][0]
         assert status == 2 and "Traceback" not in err, (name, err)
         assert err.strip().splitlines() == [
@@ -239,3 +226,22 @@ def test_an_unusable_data_file_names_the_option(capsys, files, lm_run, argv, mes
     assert code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith(f"attnkit {argv[0]}: error: --data: {message.format(**fill)}"), err
     assert not (files / "run").exists()
+
+
+def test_a_checkpoint_without_read_permission_names_the_option(tmp_path, lm_run):
+    # was "[Errno 13] Permission denied: '.../best/manifest.json'" (no option named)
+    import shutil
+
+    from tests.support.unwritable import run_mains, unwritable_dir
+
+    locked, prefix = unwritable_dir(tmp_path, 0o000, lambda d: shutil.copytree(lm_run, d / "run"))
+    run_dir = locked / "run"
+    argvs = {
+        "--ckpt": ["evaluate", "--ckpt", str(run_dir)],
+        "--model": ["view", "hi", "--model", str(run_dir), "-o", str(tmp_path / "v.html")],
+    }
+    for name, (status, err) in run_mains(prefix, argvs).items():
+        verb = argvs[name][0]
+        assert status == 2 and len(err.splitlines()) == 1, (name, err)
+        assert err.startswith(f"attnkit {verb}: error: {name}: {locked}"), (name, err)
+        assert err.endswith(": Permission denied\n") and "[Errno" not in err, (name, err)

@@ -23,6 +23,7 @@ __all__ = [
     "one_line",
     "option_names",
     "print_json",
+    "said",
     "utf8_text",
 ]
 
@@ -45,6 +46,14 @@ def utf8_text(option: str, text: str, where: str = "") -> str:
             f"{option}{where}: not UTF-8 text (byte 0x{byte:02x} at offset {e.start})"
         ) from None
     return text
+
+
+def said(e: BaseException) -> str:
+    """What an exception says, for a user: an operating-system error on a file as "FILE:
+    REASON" (not Python's "[Errno 13] Permission denied: 'FILE'"), anything else as ``str``."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return str(e)
 
 
 def one_line(message: object) -> str:

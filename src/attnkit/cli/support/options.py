@@ -22,7 +22,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from attnkit import checks
-from attnkit.cli.support.common import UsageError, option_names
+from attnkit.cli.support.common import UsageError, option_names, said
 
 __all__ = [
     "BATCH_SIZE",
@@ -128,16 +128,17 @@ def blamed_on(flag: str, *errors: type[Exception]) -> Iterator[None]:
     try:
         yield
     except errors as e:
-        raise UsageError(f"{flag}: {e}") from None
+        raise UsageError(f"{flag}: {said(e)}") from None
 
 
 def checkpoint_of(flag: str) -> contextlib.AbstractContextManager[None]:
     """:func:`blamed_on` ``flag`` for a checkpoint that cannot be used (missing, not a
     checkpoint, a file missing or corrupt: :class:`~attnkit.train.checkpoint.CheckpointError`):
-    ``--ckpt: runs/x: no such checkpoint or run directory``."""
+    ``--ckpt: runs/x: no such checkpoint or run directory``; also a file of it that cannot be
+    read (PermissionError)."""
     from attnkit.train.checkpoint import CheckpointError  # torch-free; imported by a running verb
 
-    return blamed_on(flag, CheckpointError)
+    return blamed_on(flag, CheckpointError, PermissionError)
 
 
 def data_of(flag: str, given: bool = True) -> contextlib.AbstractContextManager[None]:
