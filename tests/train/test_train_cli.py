@@ -305,3 +305,21 @@ def test_resuming_a_run_with_no_step_left_is_refused_before_any_work(capsys, tmp
     assert (run_dir / "log.jsonl").read_bytes() == log
     code, out, err = run(capsys, "train", "--resume", run_dir, "--max-steps", "3", "--no-progress")
     assert code == 0 and (run_dir / "step-00000003").is_dir(), err
+
+
+def test_the_printed_commands_run_as_pasted_into_a_shell(capsys, tmp_path):
+    # was "attnkit evaluate --ckpt my runs/c p": a path with spaces split into three arguments
+    import shlex
+
+    run_dir = tmp_path / "my runs" / "c p"
+    first = ["--max-steps", "2", "--eval-every", "2", "--train-size", "200"]
+    code, out, err = run(capsys, "train", "--task", "copy", "--out", run_dir, *first, *TINY_ARGS)
+    assert code == 0, err
+    lines = dict(
+        s.split(":", 1) for s in out.splitlines() if s.startswith(("evaluate:", "decode:"))
+    )
+    for name in ("evaluate", "decode"):
+        argv = shlex.split(lines[name])
+        assert argv[0] == "attnkit" and argv[argv.index("--ckpt") + 1] == str(run_dir)
+        code, _, err = run(capsys, *argv[1:])
+        assert code == 0, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from attnkit import checks
@@ -113,7 +114,8 @@ def _run(ns: argparse.Namespace) -> int:
     if loaded.kind != "lm":
         raise UsageError(
             f"generate: {loaded.path} is an encoder-decoder (task "
-            f'{loaded.train_config.task}); use attnkit translate --ckpt {ns.ckpt} "..."'
+            f"{loaded.train_config.task}); use attnkit translate --ckpt "
+            f'{shlex.quote(ns.ckpt)} "..."'
         )
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     tok = loaded.tokenizer

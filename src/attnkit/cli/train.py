@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -315,11 +316,12 @@ def run(ns: argparse.Namespace) -> int:
     if not is_main_process():  # under torchrun only rank 0 writes and reports
         return 0
     _summary(out / "log.jsonl")
-    print(f"evaluate: attnkit evaluate --ckpt {out}")
+    ckpt = shlex.quote(str(out))  # commands to paste into a shell
+    print(f"evaluate: attnkit evaluate --ckpt {ckpt}")
     if config.task == "lm":
-        print(f"generate: attnkit generate --ckpt {out} --prompt {_lm_prompt(out)}")
+        print(f"generate: attnkit generate --ckpt {ckpt} --prompt {_lm_prompt(out)}")
     else:
-        print(f"decode:   attnkit translate --ckpt {out} {_trained_example(out)}")
+        print(f"decode:   attnkit translate --ckpt {ckpt} {_trained_example(out)}")
     return 0
 
 
@@ -354,8 +356,6 @@ def _summary(log: Path) -> None:
 
 def _trained_example(out: Path) -> str:
     """A source sentence the model of run ``out`` was trained on, quoted for a shell."""
-    import shlex
-
     from attnkit.train.checkpoint import find_checkpoint
 
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
@@ -380,8 +380,6 @@ def _shown(value: object) -> str:
 def _lm_prompt(out: Path) -> str:
     """A prompt from the run's own training text, quoted for a shell: the start of its first
     line that has a word (e.g. "ROMEO:" for tiny Shakespeare), at most 4 words."""
-    import shlex
-
     from attnkit.train.checkpoint import find_checkpoint
     from attnkit.train.inference.lm_generate import suggested_prompt
 

@@ -5,6 +5,7 @@ file, optionally as an n-best list."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -165,7 +166,7 @@ def _run(ns: argparse.Namespace) -> int:
     if loaded.kind != "seq2seq":
         raise UsageError(
             f"translate: {loaded.path} is a language model (task lm); use "
-            f'attnkit generate --ckpt {ns.ckpt} --prompt "..."'
+            f'attnkit generate --ckpt {shlex.quote(ns.ckpt)} --prompt "..."'
         )
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     _check_vocabulary(loaded.tokenizer, lines, ns.strict, loaded.characters())
