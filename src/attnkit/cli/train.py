@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from attnkit.cli.support.common import UsageError, option_names
 from attnkit.cli.support.options import DEVICE, add, checkpoint_of, data_of, on_device
+from attnkit.cli.support.train_scope import shown
 from attnkit.files import check_writable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -241,10 +242,10 @@ def _default_help(name: str) -> str | None:
     if all(v is None for v in per.values()):
         return None
     if per["copy"] == per["translate"] == per["lm"]:
-        return _shown(per["lm"])
+        return shown(per["lm"])
     if per["copy"] == per["translate"]:
-        return f"lm {_shown(per['lm'])}, others {_shown(per['copy'])}"
-    return ", ".join(f"{task} {_shown(v)}" for task, v in per.items())
+        return f"lm {shown(per['lm'])}, others {shown(per['copy'])}"
+    return ", ".join(f"{task} {shown(v)}" for task, v in per.items())
 
 
 def _fresh_out(task: str) -> Path:
@@ -259,7 +260,7 @@ def _fresh_out(task: str) -> Path:
 
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
-    from attnkit.cli.support.train_scope import refuse_ignored
+    from attnkit.cli.support.train_scope import refuse_changed, refuse_ignored
     from attnkit.train.checkpoint import resolve
     from attnkit.train.config import TrainConfig
     from attnkit.train.loop.trainer import TrainingInterrupted, train
@@ -301,6 +302,7 @@ def run(ns: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         refuse_ignored(given, config.resolved(), NAMES)
         if resumed is not None:
+            refuse_changed(given, config.resolved(), resumed, NAMES)
             _check_steps_left(resumed, config.max_steps, given_steps="max_steps" in given)
         # before the data is read; the run directory is --out, or the resumed one
         check_writable("--resume" if ns.resume and not ns.out else "--out", out)
@@ -361,20 +363,6 @@ def _trained_example(out: Path) -> str:
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
     first_line = sample.read_text(encoding="utf-8").splitlines()[0]
     return shlex.quote(json.loads(first_line)[0])
-
-
-def _shown(value: object) -> str:
-    """A default as the user types it: (0.9, 0.99) -> 0.9,0.99; True -> on; 300.0 -> 300;
-    None -> none."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, tuple):
-        return ",".join(_shown(v) for v in value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 def _lm_prompt(out: Path) -> str:

@@ -57,3 +57,45 @@ def test_an_ignored_option_is_refused_naming_it(capsys, tmp_path, option, value,
 def test_an_option_with_an_effect_is_accepted(given, config):
     c = TrainConfig(**{**config, **given}).resolved()
     refuse_ignored(given, c, {f: f"--{f}" for f in SCOPES})  # no error
+
+
+@pytest.fixture(scope="module")
+def resumable(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    argv = ["train", "--task", "reverse", "--out", str(d / "run"), "--max-steps", "2",
+            "--train-size", "100", "--d-model", "16", "--nhead", "2", "--layers", "1",
+            "--dim-feedforward", "32", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    return d / "run"
+
+
+@pytest.mark.parametrize(
+    "option, was, now",
+    [
+        (["--d-model", "32"], "16", "32"),
+        (["--betas", "0.9,0.95"], "0.9,0.98", "0.9,0.95"),
+        (["--no-tie-embeddings"], "on", "off"),
+        (["--dropout", "0.2"], "0", "0.2"),
+    ],
+)
+def test_an_option_that_would_change_a_resumed_run_is_refused_naming_it(
+    capsys, resumable, option, was, now
+):
+    # was "config.json: the checkpoint comes from another configuration (checkpoint !=
+    # requested: d_model: 16 != 32)", by field name, after the model had been loaded
+    capsys.readouterr()
+    code = main(["train", "--resume", str(resumable), "--max-steps", "3", *option])
+    out, err = capsys.readouterr()
+    flag = "--tie-embeddings" if option[0] == "--no-tie-embeddings" else option[0]
+    ckpt = sorted(resumable.glob("step-*"))[-1]
+    assert code == 2 and out == "", err
+    assert err == (
+        f"attnkit train: error: {flag}: the run of {ckpt} was trained with {was}, got {now}; a "
+        f"resumed run keeps its configuration (leave {flag} out, or train a new run without "
+        "--resume)\n"
+    )
+
+
+def test_run_options_and_unchanged_values_still_resume(capsys, resumable):
+    argv = ["train", "--resume", str(resumable), "--max-steps", "3", "--d-model", "16"]
+    assert main([*argv, "--log-every", "1", "--no-progress"]) == 0, capsys.readouterr().err
