@@ -12,14 +12,39 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["write_atomic"]
+__all__ = ["check_writable", "write_atomic"]
+
+
+def check_writable(name: str, directory: str | os.PathLike) -> Path:
+    """``directory`` as a Path, checked before any work: files can be created in it, or, when
+    it does not exist yet, in the nearest existing directory above it (which will hold it).
+    PermissionError naming ``name`` and that directory otherwise (no write or search permission,
+    or a read-only file system); NotADirectoryError when that path is a file."""
+    d = Path(directory).absolute()
+    existing = d
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(f"{name}: '{existing}' is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"{name}: cannot create files in the directory '{existing}' (permission denied or "
+            "a read-only file system)"
+        )
+    return d
 
 
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write a file atomically: ``write(f)`` fills a temporary file beside ``path``, which is
     flushed, fsynced and renamed over ``path``; on any error the temporary file is removed and
-    an existing ``path`` is left untouched."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    an existing ``path`` is left untouched. An OSError from creating the temporary file names
+    ``path`` (with the system's reason and errno), never the temporary file."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the file asked for, not the temporary one
+        err = type(e)(f"{path}: cannot write the file ({e.strerror or e})")
+        err.errno = e.errno
+        raise err from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

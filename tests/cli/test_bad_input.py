@@ -134,3 +134,114 @@ def test_decoding_options_on_a_language_model_are_refused(capsys, lm_run, option
     code = main(["evaluate", "--ckpt", str(lm_run), *option])
     _, err = capsys.readouterr()
     assert code == 2 and f"{option[0]}: a language model is scored" in err, err
+
+
+def test_a_directory_without_write_permission_is_one_line_before_any_work(tmp_path):
+    # was: "[Errno 13] Permission denied: '.../.x.html.1yz7ov4p.tmp'" (the temporary file's
+    # name, not the option), after the model had run; train: "Permission denied: 'runs'"
+    from tests.support.unwritable import run_mains, unwritable_dir
+
+    ro, prefix = unwritable_dir(tmp_path)
+    missing = tmp_path / "missing"  # no checkpoint: the output is checked before the read
+    argvs = {
+        "-o": ["view", "hi", "-o", f"{ro}/x.html"],
+        "--png": ["explain", "--png", f"{ro}/w.png"],
+        "--output": ["translate", "--ckpt", f"{missing}", "x", "--output", f"{ro}/o.txt"],
+        "--view": ["generate", "--ckpt", f"{missing}", "--prompt", "a", "--view", f"{ro}/v.html"],
+        "OUT": ["export", "--ckpt", f"{missing}", "--to", "hf", f"{ro}/hf"],
+        "--out": ["train", "--task", "copy", "--max-steps", "1", "--out", f"{ro}/runs/a"],
+    }
+    for name, (status, err) in run_mains(prefix, argvs).items():
+        verb = argvs[name][0]
+        assert status == 2 and "Traceback" not in err, (name, err)
+        assert err.strip().splitlines() == [
+            f"attnkit {verb}: error: {name}: cannot create files in the directory '{ro}' "
+            "(permission denied or a read-only file system)"
+        ], (name, err)
+    assert list(ro.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["evaluate", "--ckpt", "{p}"], "--ckpt"),
+        (["translate", "--ckpt", "{p}", "x"], "--ckpt"),
+        (["generate", "--ckpt", "{p}", "--prompt", "a"], "--ckpt"),
+        (["export", "--ckpt", "{p}", "--to", "hf", "{d}/hf"], "--ckpt"),
+        (["train", "--resume", "{p}"], "--resume"),
+    ],
+)
+def test_an_unusable_checkpoint_names_the_option(capsys, tmp_path, lm_run, argv, flag):
+    # was "runs/x: no such checkpoint or run directory": the path, but not the option
+    import shutil
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(lm_run, corrupt)
+    read = "best" if argv[0] != "train" else sorted(corrupt.glob("step-*"))[-1].name  # resume: last
+    weights = corrupt / read / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    for path, message in [
+        (tmp_path / "missing", f"{tmp_path / 'missing'}: no such checkpoint or run directory"),
+        (corrupt, f"{weights}: corrupted checkpoint (SHA-256 differs from manifest.json)"),
+    ]:
+        code = main([a.format(p=path, d=tmp_path) for a in argv])
+        _, err = capsys.readouterr()
+        assert code == 2, err
+        assert err == f"attnkit {argv[0]}: error: {flag}: {message}\n"
+
+
+def test_an_unusable_run_given_as_model_names_the_option(capsys, tmp_path, lm_run):
+    import shutil
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(lm_run, corrupt)
+    (corrupt / "best" / "config.json").write_text("{}")
+    for verb in (["view", "hi", "-o", str(tmp_path / "v.html")], ["explain", "hi"]):
+        code = main([*verb, "--model", str(corrupt)])
+        _, err = capsys.readouterr()
+        assert code == 2, err
+        config = corrupt / "best" / "config.json"
+        expected = f"--model: {config}: corrupted checkpoint (SHA-256 differs from manifest.json)"
+        assert err == f"attnkit {verb[0]}: error: {expected}\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--task", "lm", "--data", "{d}/missing.txt"], "{d}/missing.txt: cannot read"),
+        (["train", "--task", "lm", "--data", "{d}/bad.txt"], "{d}/bad.txt:1: not UTF-8"),
+        (["train", "--task", "translate", "--data", "{d}/ref.txt"], "{d}/ref.txt:1: expected"),
+        (["evaluate", "--ckpt", "{run}", "--data", "{d}/missing.txt"], "{d}/missing.txt: cannot"),
+        (["evaluate", "--ckpt", "{run}", "--data", "{d}/empty.txt"], "{d}/empty.txt: "),
+    ],
+)
+def test_an_unusable_data_file_names_the_option(capsys, files, lm_run, argv, message):
+    # was the file's path alone ("/x/missing.txt: cannot read the file (...)")
+    fill = dict(d=files, run=lm_run)
+    argv = [a.format(**fill) for a in argv]
+    if argv[0] == "train":
+        argv += ["--max-steps", "1", "--out", str(files / "run")]
+    code = main(argv)
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"attnkit {argv[0]}: error: --data: {message.format(**fill)}"), err
+    assert not (files / "run").exists()
+
+
+def test_a_checkpoint_without_read_permission_names_the_option(tmp_path, lm_run):
+    # was "[Errno 13] Permission denied: '.../best/manifest.json'" (no option named)
+    import shutil
+
+    from tests.support.unwritable import run_mains, unwritable_dir
+
+    locked, prefix = unwritable_dir(tmp_path, 0o000, lambda d: shutil.copytree(lm_run, d / "run"))
+    run_dir = locked / "run"
+    argvs = {
+        "--ckpt": ["evaluate", "--ckpt", str(run_dir)],
+        "--model": ["view", "hi", "--model", str(run_dir), "-o", str(tmp_path / "v.html")],
+    }
+    for name, (status, err) in run_mains(prefix, argvs).items():
+        verb = argvs[name][0]
+        assert status == 2 and len(err.splitlines()) == 1, (name, err)
+        assert err.startswith(f"attnkit {verb}: error: {name}: {locked}"), (name, err)
+        assert err.endswith(": Permission denied\n") and "[Errno" not in err, (name, err)

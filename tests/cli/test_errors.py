@@ -98,3 +98,14 @@ def test_hf_config_that_disagrees_with_its_weights_is_bad_input(tmp_path):
     want = f"c_attn.weight is ({n_embd}, {3 * n_embd}) in model.safetensors but (2000000, 6000000)"
     assert want + " by config.json" in err
     assert not (tmp_path / "v.html").exists()
+
+
+def test_an_os_error_on_a_file_is_file_then_reason(monkeypatch, capsys, tmp_path):
+    # was Python's own form: "[Errno 2] No such file or directory: '/x/absent.txt'"
+    import attnkit.cli as c
+    import attnkit.cli.info as i
+
+    monkeypatch.setattr(i, "run", lambda ns: open(tmp_path / "absent.txt"))
+    assert c.main(["info"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"attnkit info: error: {tmp_path / 'absent.txt'}: No such file or directory\n"

@@ -395,3 +395,21 @@ def test_internal_error_says_so_and_where_to_report(capsys, monkeypatch):
     assert code == 1 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert "internal error (RuntimeError: something broke)" in err
     assert "report it" in err and "attnkit info" in err
+
+
+@pytest.mark.parametrize(
+    "argv, unknown",
+    [
+        (["info", "--json", "extra"], "extra"),
+        (["evaluate", "--ckpt", "r", "--bogus", "1"], "--bogus 1"),
+    ],
+)
+def test_an_unknown_argument_of_a_verb_names_the_verb_and_its_help(capsys, argv, unknown):
+    # was "attnkit: error: unrecognized arguments: ... (see attnkit --help)", whose help lists
+    # no verb's options
+    code, out, err = run(capsys, *argv)
+    verb = argv[0]
+    assert code == 2 and out == ""
+    assert err == (
+        f"attnkit {verb}: error: unrecognized arguments: {unknown} (see attnkit {verb} --help)\n"
+    )

@@ -134,3 +134,33 @@ def test_reset_with_measuring_options_is_refused(capsys, cache):
 def test_tune_refuses_a_budget_of_the_wrong_type():
     with pytest.raises(TypeError, match="budget: expected a Budget, got int"):
         autotune.tune(3)
+
+
+def test_an_unwritable_store_is_refused_before_measuring(tmp_path):
+    # was: a minute of measuring, then "[Errno 13] Permission denied: '.../.tuning.json.x.tmp'"
+    from tests.support.unwritable import run_unwritable, unwritable_dir
+
+    ro, prefix = unwritable_dir(tmp_path)
+    code = (
+        "import contextlib, io, json, os\n"
+        f"os.environ['XDG_CACHE_HOME'] = {str(ro)!r}\n"
+        "from attnkit import autotune\n"
+        "from attnkit.cli import main\n"
+        "autotune.tune = lambda *a, **k: print('MEASURED')\n"
+        "found = []\n"
+        "for argv in (['tune', '--quick'], ['tune']):\n"
+        "    err, out = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):\n"
+        "        found.append([main(argv), out.getvalue(), err.getvalue()])\n"
+        "print(json.dumps(found))\n"
+    )
+    r = run_unwritable(prefix, code)
+    assert r.returncode == 0, r.stderr
+    for status, out, err in json.loads(r.stdout):
+        assert status == 2 and out == "", (out, err)  # nothing measured
+        assert err == (
+            "attnkit tune: error: the tuning store (the user cache directory, "
+            "XDG_CACHE_HOME/attnkit; --dry-run stores nothing): cannot create files in the "
+            f"directory '{ro}' (permission denied or a read-only file system)\n"
+        )
+    assert list(ro.iterdir()) == []

@@ -5,6 +5,7 @@ transformers class are refused naming the feature. Language models: test_hf_expo
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,16 @@ def test_unfaithful_configurations_are_refused(tmp_path, exported, capsys):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     code = main(["export", "--ckpt", str(exported[0]), "--to", "hf", str(exported[1])])
     assert code == 2 and "OUT:" in capsys.readouterr().err  # never over an existing directory
+
+
+def test_the_export_has_the_modes_of_a_directory_made_as_usual(exported):
+    # was: the directory 0700 (tempfile.mkdtemp) and model.safetensors 0600, so an export
+    # copied to a shared place could not be read by anyone else; the reference is what mkdir
+    # and open make beside it under the same umask
+    hf = exported[1]
+    (hf.parent / "usual").mkdir()
+    (hf.parent / "usual.txt").write_text("x")
+    assert stat.S_IMODE(hf.stat().st_mode) == stat.S_IMODE((hf.parent / "usual").stat().st_mode)
+    usual = stat.S_IMODE((hf.parent / "usual.txt").stat().st_mode)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in hf.iterdir()}
+    assert "model.safetensors" in modes and modes == dict.fromkeys(modes, usual)

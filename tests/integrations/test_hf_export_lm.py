@@ -8,6 +8,7 @@ are refused naming the feature (nothing written), and the CLI path works in a re
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -233,3 +234,24 @@ def test_cli_train_and_export_in_real_processes(tmp_path, rhyme):
     ids = tok(["humpty dumpty sat on"], return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert (loaded.model(ids) - model(ids).logits).abs().max() <= TOL
+
+
+def test_cli_says_where_the_positions_limit_comes_from(exported, tmp_path, capsys):
+    # was "(its training window, --block-size)" for Pegasus too, whose table (max_len rows,
+    # 256 by default) is not the --block-size of 12 it was trained on
+    run_dir, hf = exported
+    capsys.readouterr()
+    assert main(["export", "--ckpt", str(run_dir), "--to", "hf", str(tmp_path / "again")]) == 0
+    out = capsys.readouterr().out
+    config = json.loads((hf / "config.json").read_text())
+    n = (
+        config["n_positions"]
+        if config["model_type"] == "gpt2"
+        else config["max_position_embeddings"]
+    )
+    block = session.load(run_dir).train_config.block_size
+    if config["model_type"] == "gpt2":
+        assert n == block and f"holds {n} positions (its training window, --block-size)" in out
+    else:
+        assert n != block and "--block-size" not in out
+        assert f"holds {n} positions (the rows of its sinusoidal position table)" in out

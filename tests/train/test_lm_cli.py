@@ -49,6 +49,17 @@ def test_evaluate_reports_bits_per_char(capsys, char_run, tmp_path):
     assert _metrics(out3)["perplexity"] > 0
     code, _, err = run(capsys, "evaluate", "--ckpt", char_run, "--stride", "0")
     assert code == 2 and err.count("\n") == 1 and "--stride" in err
+    # was accepted and scored with a stride of 16 (the block size) instead
+    code, out, err = run(capsys, "evaluate", "--ckpt", char_run, "--stride", "17")
+    assert (
+        code == 2
+        and out == ""
+        and err
+        == (
+            "attnkit evaluate: error: --stride: expected at most the model's window, --block-size "
+            "16 (a stride of 16 scores non-overlapping windows), got 17\n"
+        )
+    )
 
 
 def test_generate_writes_lines_and_warns_for_unknown_text(capsys, char_run):

@@ -281,3 +281,45 @@ def test_the_builtin_copy_task_says_the_values_it_trains_with(capsys, tmp_path):
         f"(vocabulary {c.vocab}, length 7, shortest {c.min_length}, 50 generated training "
         f"sequences, {c.valid_size} held out) for at most 1 steps" in out
     )
+
+
+def test_resuming_a_run_with_no_step_left_is_refused_before_any_work(capsys, tmp_path):
+    # was: "stopped at step 2 after 0 s (training: 0 target tokens/s)", after evaluating again
+    # and writing the last checkpoint over itself (with --max-steps 1 recorded in it)
+    run_dir = tmp_path / "rev"
+    first = ["--max-steps", "2", "--save-every", "2", "--eval-every", "2", "--train-size", "200"]
+    code, _, err = run(capsys, "train", "--task", "reverse", "--out", run_dir, *first, *TINY_ARGS)
+    assert code == 0, err
+    last = run_dir / "step-00000002"
+    before = {p.name: p.read_bytes() for p in last.iterdir()}
+    log = (run_dir / "log.jsonl").read_bytes()
+    for extra, expected in [
+        ([], f"--resume: {last} is at step 2, the run's --max-steps; give a larger"),
+        (["--max-steps", "1"], f"--max-steps: expected more than 2 (a total: {last} is at"),
+        (["--max-minutes", "1"], f"--resume: {last} is at step 2, the run's --max-steps"),
+    ]:
+        code, out, err = run(capsys, "train", "--resume", run_dir, *extra, "--no-progress")
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+        assert err.startswith(f"attnkit train: error: {expected}"), err
+    assert {p.name: p.read_bytes() for p in last.iterdir()} == before
+    assert (run_dir / "log.jsonl").read_bytes() == log
+    code, out, err = run(capsys, "train", "--resume", run_dir, "--max-steps", "3", "--no-progress")
+    assert code == 0 and (run_dir / "step-00000003").is_dir(), err
+
+
+def test_the_printed_commands_run_as_pasted_into_a_shell(capsys, tmp_path):
+    # was "attnkit evaluate --ckpt my runs/c p": a path with spaces split into three arguments
+    import shlex
+
+    run_dir = tmp_path / "my runs" / "c p"
+    first = ["--max-steps", "2", "--eval-every", "2", "--train-size", "200"]
+    code, out, err = run(capsys, "train", "--task", "copy", "--out", run_dir, *first, *TINY_ARGS)
+    assert code == 0, err
+    lines = dict(
+        s.split(":", 1) for s in out.splitlines() if s.startswith(("evaluate:", "decode:"))
+    )
+    for name in ("evaluate", "decode"):
+        argv = shlex.split(lines[name])
+        assert argv[0] == "attnkit" and argv[argv.index("--ckpt") + 1] == str(run_dir)
+        code, _, err = run(capsys, *argv[1:])
+        assert code == 0, err

@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-from attnkit.cli.support.common import PROG, ArgumentParser, one_line
+from attnkit.cli.support.common import PROG, ArgumentParser, one_line, said
 from attnkit.cli.support.errors import is_user_error
 
 __all__ = ["VERBS", "build_parser", "main"]
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _error(verb: str | None, e: BaseException) -> str:
     """``attnkit VERB: error: MESSAGE`` on one line."""
-    msg = one_line(str(e) or type(e).__name__)
+    msg = one_line(said(e) or type(e).__name__)
     if verb and msg.startswith(f"{verb}:"):
         msg = msg[len(verb) + 1 :].lstrip()
     return f"{PROG} {verb}: error: {msg}" if verb else f"{PROG}: error: {msg}"

@@ -94,12 +94,15 @@ def _run(ns: argparse.Namespace) -> int:
     from attnkit.train.inference import metrics, session
 
     with o.renamed(*OPTIONS):
-        loaded = session.load(ns.ckpt, best=True)
+        with o.checkpoint_of("--ckpt"):
+            loaded = session.load(ns.ckpt, best=True)
         if loaded.kind == "lm":  # nats/token, bits/char, perplexity (cli.support.evaluate_lm)
             from attnkit.cli.support import evaluate_lm
 
-            return evaluate_lm.run(loaded, ns)
-        items, source = _examples(loaded, ns)
+            with o.data_of("--data", ns.data is not None):
+                return evaluate_lm.run(loaded, ns)
+        with o.data_of("--data", ns.data is not None):
+            items, source = _examples(loaded, ns)
         if ns.data is not None:
             _warn_overlap(loaded, items, ns.data)
         task = loaded.train_config.task

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from attnkit.cli.support import options as o
 from attnkit.cli.support.common import UsageError, one_line
+from attnkit.files import check_writable
 
 NAME = "export"
 EXAMPLES = """\
@@ -69,7 +70,9 @@ def run(ns: argparse.Namespace) -> int:
         raise UsageError(f"OUT: {ns.out} exists and is not an empty directory; choose a new one")
     if not out.absolute().parent.is_dir():  # as -o / --output of the other verbs
         raise UsageError(f"OUT: the directory '{out.absolute().parent}' does not exist")
-    loaded = session.load(ns.ckpt, best=True)
+    check_writable("OUT", out.absolute().parent)
+    with o.checkpoint_of("--ckpt"):
+        loaded = session.load(ns.ckpt, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     if loaded.kind == "lm":
         lm_class(loaded.model.config)  # refuses naming the feature, before transformers loads
@@ -86,8 +89,13 @@ def run(ns: argparse.Namespace) -> int:
     )
     if loaded.kind == "lm":
         n = loaded.model.config.max_len
+        rows = (  # GPT-2's learned table is the training window; Pegasus's sinusoids are not
+            "its training window, --block-size"
+            if cls == "GPT2LMHeadModel"
+            else "the rows of its sinusoidal position table"
+        )
         print(
-            f"the model holds {n} positions (its training window, --block-size): "
+            f"the model holds {n} positions ({rows}): "
             f"generation_config.json stops generate() at max_length={n} tokens, prompt "
             f"included; keep prompt + max_new_tokens <= {n} (transformers lets max_new_tokens "
             "override max_length and fails past the last position)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from attnkit import checks
@@ -108,11 +109,13 @@ def _run(ns: argparse.Namespace) -> int:
     from attnkit.train.inference import session
     from attnkit.train.inference.lm_generate import generate_ids
 
-    loaded = session.load(ns.ckpt, best=True)  # a run directory: best/ when it exists
+    with o.checkpoint_of("--ckpt"):  # a run directory: best/ when it exists
+        loaded = session.load(ns.ckpt, best=True)
     if loaded.kind != "lm":
         raise UsageError(
             f"generate: {loaded.path} is an encoder-decoder (task "
-            f'{loaded.train_config.task}); use attnkit translate --ckpt {ns.ckpt} "..."'
+            f"{loaded.train_config.task}); use attnkit translate --ckpt "
+            f'{shlex.quote(ns.ckpt)} "..."'
         )
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     tok = loaded.tokenizer

@@ -7,14 +7,18 @@ import argparse
 import dataclasses
 import functools
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnkit.cli.support.common import UsageError, option_names
-from attnkit.cli.support.options import DEVICE, add, on_device
+from attnkit.cli.support.options import DEVICE, add, checkpoint_of, data_of, on_device
+from attnkit.cli.support.train_scope import shown
+from attnkit.files import check_writable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from attnkit.train.checkpoint import Checkpoint
     from attnkit.train.config import TrainConfig
 
 
@@ -102,7 +106,7 @@ OPTIONS: dict[str, tuple[str, str, dict]] = {
     "--dim-feedforward": ("dim_feedforward", "feed-forward width", {}),
     "--dropout": ("dropout", "dropout", {}),
     "--batch-size": ("batch_size", "sequences per batch", {}),
-    "--warmup": ("warmup", "warm-up steps of the schedule", {}),
+    "--warmup": ("warmup", "warm-up steps of the schedule (cosine, constant: 0 = none)", {}),
     "--lr-factor": ("lr_factor", "factor of the schedule", {}),
     "--weight-decay": ("weight_decay", "AdamW weight decay on matrices only (Linear weights, "
                        "embeddings; not biases or LayerNorm weights, as nanoGPT)", {}),
@@ -238,10 +242,10 @@ def _default_help(name: str) -> str | None:
     if all(v is None for v in per.values()):
         return None
     if per["copy"] == per["translate"] == per["lm"]:
-        return _shown(per["lm"])
+        return shown(per["lm"])
     if per["copy"] == per["translate"]:
-        return f"lm {_shown(per['lm'])}, others {_shown(per['copy'])}"
-    return ", ".join(f"{task} {_shown(v)}" for task, v in per.items())
+        return f"lm {shown(per['lm'])}, others {shown(per['copy'])}"
+    return ", ".join(f"{task} {shown(v)}" for task, v in per.items())
 
 
 def _fresh_out(task: str) -> Path:
@@ -256,6 +260,7 @@ def _fresh_out(task: str) -> Path:
 
 def run(ns: argparse.Namespace) -> int:
     """Train; 0 on success."""
+    from attnkit.cli.support.train_scope import refuse_changed, refuse_ignored
     from attnkit.train.checkpoint import resolve
     from attnkit.train.config import TrainConfig
     from attnkit.train.loop.trainer import TrainingInterrupted, train
@@ -268,7 +273,8 @@ def run(ns: argparse.Namespace) -> int:
     resumed = None
     with option_names(NAMES):
         if ns.resume is not None:
-            resumed = resolve(ns.resume)  # found and verified once, for this verb and the run
+            with checkpoint_of("--resume"):  # found and verified once, for the verb and the run
+                resumed = resolve(ns.resume)
             base = resumed.train_config
             out = Path(ns.out) if ns.out else resumed.run_dir
         else:
@@ -294,9 +300,15 @@ def run(ns: argparse.Namespace) -> int:
             config = dataclasses.replace(base, **given)
         except TypeError as e:  # pragma: no cover - OPTIONS mirror the dataclass
             raise UsageError(str(e)) from None
+        refuse_ignored(given, config.resolved(), NAMES)
+        if resumed is not None:
+            refuse_changed(given, config.resolved(), resumed, NAMES)
+            _check_steps_left(resumed, config.max_steps, given_steps="max_steps" in given)
+        # before the data is read; the run directory is --out, or the resumed one
+        check_writable("--resume" if ns.resume and not ns.out else "--out", out)
         mode = "off" if ns.no_progress else "bar" if sys.stderr.isatty() else "lines"
         try:
-            with on_device(ns.device):
+            with on_device(ns.device), data_of("--data", config.data is not None):
                 train(config, out, resume=resumed, progress=mode, tensorboard=ns.tensorboard)
         except TrainingInterrupted as e:
             print(e, file=sys.stderr)
@@ -306,12 +318,28 @@ def run(ns: argparse.Namespace) -> int:
     if not is_main_process():  # under torchrun only rank 0 writes and reports
         return 0
     _summary(out / "log.jsonl")
-    print(f"evaluate: attnkit evaluate --ckpt {out}")
+    ckpt = shlex.quote(str(out))  # commands to paste into a shell
+    print(f"evaluate: attnkit evaluate --ckpt {ckpt}")
     if config.task == "lm":
-        print(f"generate: attnkit generate --ckpt {out} --prompt {_lm_prompt(out)}")
+        print(f"generate: attnkit generate --ckpt {ckpt} --prompt {_lm_prompt(out)}")
     else:
-        print(f"decode:   attnkit translate --ckpt {out} {_trained_example(out)}")
+        print(f"decode:   attnkit translate --ckpt {ckpt} {_trained_example(out)}")
     return 0
+
+
+def _check_steps_left(resumed: Checkpoint, max_steps: int | None, given_steps: bool) -> None:
+    """Refuse to resume a run that has no step left before ``max_steps`` (a total): it would
+    train nothing, evaluate again and write its last checkpoint over itself."""
+    if max_steps is None or max_steps > resumed.step:
+        return
+    at = f"{resumed.path} is at step {resumed.step}"
+    if given_steps:
+        raise UsageError(
+            f"--max-steps: expected more than {resumed.step} (a total: {at}), got {max_steps}"
+        )
+    raise UsageError(
+        f"--resume: {at}, the run's --max-steps; give a larger --max-steps (a total) to continue it"
+    )
 
 
 def _summary(log: Path) -> None:
@@ -330,8 +358,6 @@ def _summary(log: Path) -> None:
 
 def _trained_example(out: Path) -> str:
     """A source sentence the model of run ``out`` was trained on, quoted for a shell."""
-    import shlex
-
     from attnkit.train.checkpoint import find_checkpoint
 
     sample = find_checkpoint(out, best=True) / "train_sample.jsonl"
@@ -339,25 +365,9 @@ def _trained_example(out: Path) -> str:
     return shlex.quote(json.loads(first_line)[0])
 
 
-def _shown(value: object) -> str:
-    """A default as the user types it: (0.9, 0.99) -> 0.9,0.99; True -> on; 300.0 -> 300;
-    None -> none."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, tuple):
-        return ",".join(_shown(v) for v in value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 def _lm_prompt(out: Path) -> str:
     """A prompt from the run's own training text, quoted for a shell: the start of its first
     line that has a word (e.g. "ROMEO:" for tiny Shakespeare), at most 4 words."""
-    import shlex
-
     from attnkit.train.checkpoint import find_checkpoint
     from attnkit.train.inference.lm_generate import suggested_prompt
 

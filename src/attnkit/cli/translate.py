@@ -5,12 +5,14 @@ file, optionally as an n-best list."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from attnkit import checks
 from attnkit.cli.support import options as o
 from attnkit.cli.support.common import UsageError, one_line, utf8_text
+from attnkit.files import check_writable
 
 NAME = "translate"
 EXAMPLES = """\
@@ -107,6 +109,7 @@ def _check(ns: argparse.Namespace) -> None:
         out = Path(ns.output)
         if out.is_dir() or not out.parent.is_dir():
             raise UsageError(f"--output: {ns.output} is a directory or in a missing directory")
+        check_writable("--output", out.parent)
 
 
 def _inputs(ns: argparse.Namespace) -> list[str]:
@@ -158,11 +161,12 @@ def _run(ns: argparse.Namespace) -> int:
 
     _check(ns)
     lines = _inputs(ns)  # a missing --input is reported before the checkpoint is read
-    loaded = session.load(ns.ckpt, best=True)
+    with o.checkpoint_of("--ckpt"):
+        loaded = session.load(ns.ckpt, best=True)
     if loaded.kind != "seq2seq":
         raise UsageError(
             f"translate: {loaded.path} is a language model (task lm); use "
-            f'attnkit generate --ckpt {ns.ckpt} --prompt "..."'
+            f'attnkit generate --ckpt {shlex.quote(ns.ckpt)} --prompt "..."'
         )
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)
     _check_vocabulary(loaded.tokenizer, lines, ns.strict, loaded.characters())

@@ -13,6 +13,7 @@ import argparse
 from typing import Any
 
 from attnkit.cli.support.common import UsageError, console, print_json
+from attnkit.files import check_writable
 from attnkit.terminal import markup
 
 NAME = "tune"
@@ -24,6 +25,10 @@ EXAMPLES = """\
 """
 
 SCHEMA = "attnkit.tune/1"
+STORE = (
+    "the tuning store (the user cache directory, XDG_CACHE_HOME/attnkit; --dry-run stores nothing)"
+)
+"""How errors name where ``tune`` stores its measurements (no option sets it)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +60,8 @@ def run(ns: argparse.Namespace) -> int:
             raise UsageError("--reset: measures nothing; leave out --quick and --dry-run")
         path = store.store_path()
         existed = path.exists()
+        if existed:
+            check_writable(STORE, path.parent)
         path.unlink(missing_ok=True)
         result = {"schema": SCHEMA, "reset": True, "path": str(path), "deleted": existed}
         if ns.json:
@@ -63,6 +70,8 @@ def run(ns: argparse.Namespace) -> int:
             what = "deleted" if existed else "nothing stored at"
             console().print(f"{what} {markup(str(path))}; the built-in defaults apply")
         return 0
+    if not ns.dry_run:  # before a minute of measuring, not after it
+        check_writable(STORE, store.store_path().parent)
     from attnkit.autotune import Budget, tune
 
     out = console()

@@ -208,6 +208,7 @@ def write_atomically(hf, hf_tok, out: Path) -> Path:
     try:
         hf.save_pretrained(tmp)
         hf_tok.save_pretrained(tmp)
+        _usual_modes(tmp)
         if out.exists():
             out.rmdir()
         os.rename(tmp, out)
@@ -215,6 +216,18 @@ def write_atomically(hf, hf_tok, out: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _usual_modes(directory: Path) -> None:
+    """Give ``directory`` and its files the modes ``mkdir`` and ``open`` would under the
+    process's umask: ``mkdtemp`` makes a 0700 directory, and some files are written 0600, so
+    the export would otherwise be unreadable by anyone else (a shared model directory)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for f in directory.iterdir():
+        if f.is_file():
+            f.chmod(0o666 & ~umask)
 
 
 def export_seq2seq(model, tok: Tokenizer, out: str | os.PathLike) -> Path:

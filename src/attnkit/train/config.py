@@ -188,8 +188,10 @@ class TrainConfig:
             )
         for name in ("block_size", "vocab_size", "d_model", "nhead", "layers"):
             positive_int(name, getattr(self, name))
-        for name in ("dim_feedforward", "batch_size", "warmup", "log_every", "eval_every"):
+        for name in ("dim_feedforward", "batch_size", "log_every", "eval_every"):
             positive_int(name, getattr(self, name))
+        # noam divides by its warm-up; cosine and constant may start at their peak (as nanoGPT)
+        (positive_int if self.schedule == "noam" else nonnegative_int)("warmup", self.warmup)
         positive_int("save_every", self.save_every)
         positive_int("keep", self.keep)
         if self.d_model % self.nhead:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from attnkit.checks import show
-from attnkit.files import write_atomic
+from attnkit.files import check_writable, write_atomic
 
 __all__ = [
     "AttentionGrid",
@@ -281,8 +281,8 @@ def _collect(modules: dict[str, list], call: Any) -> dict[str, Any]:
 
 def check_output_path(name: str, path: str | os.PathLike, suffixes: Sequence[str]) -> Path:
     """``path`` as a Path whose suffix (case-insensitive) is one of ``suffixes`` and whose
-    directory exists — checked before any work. ValueError / FileNotFoundError /
-    IsADirectoryError naming ``name``."""
+    directory exists and takes new files — checked before any work. ValueError /
+    FileNotFoundError / IsADirectoryError / PermissionError naming ``name``."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name}: expected a file path, got {show(path)}")
     p = Path(path).expanduser()
@@ -294,4 +294,5 @@ def check_output_path(name: str, path: str | os.PathLike, suffixes: Sequence[str
         raise IsADirectoryError(f"{name}: {str(p)!r} is a directory, expected a file name")
     if not p.parent.is_dir():
         raise FileNotFoundError(f"{name}: the directory {str(p.parent)!r} does not exist")
+    check_writable(name, p.parent)
     return p

@@ -117,3 +117,18 @@ def test_flags_reach_the_model_and_the_checkpoint(tmp_path, rhyme_file):
     assert schedule_of(tc.resolved())(3) == pytest.approx(
         Schedule("cosine", 1, lr=2e-3, min_lr=1e-5, total=3)(3)
     )
+
+
+def test_cosine_and_constant_may_start_without_warm_up():
+    # was refused ("--warmup: expected a positive int, got 0") although the schedule, like
+    # nanoGPT's get_lr with warmup_iters = 0, starts at the peak
+    c = TrainConfig(task="lm", data="FILE", warmup=0, lr=1e-3, min_lr=1e-4, max_steps=300)
+    s = schedule_of(c.resolved())
+    for step in (1, 2, 150, 300, 301, 302):
+        assert s(step) == pytest.approx(nanogpt_lr(step - 1, warmup=0, decay=300), rel=1e-12)
+    constant = TrainConfig(task="copy", schedule="constant", lr=3e-4, warmup=0, max_steps=5)
+    assert [schedule_of(constant.resolved())(k) for k in (1, 5)] == [3e-4, 3e-4]
+    with pytest.raises(ValueError, match="^warmup: expected a positive int, got 0"):
+        TrainConfig(task="copy", warmup=0, max_steps=5).resolved()  # noam divides by it
+    with pytest.raises(ValueError, match="^warmup: expected a non-negative int, got -1"):
+        dataclasses.replace(c, warmup=-1).resolved()

@@ -10,7 +10,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NoReturn
 
 from attnkit.terminal import printable
@@ -23,6 +23,7 @@ __all__ = [
     "one_line",
     "option_names",
     "print_json",
+    "said",
     "utf8_text",
 ]
 
@@ -47,6 +48,14 @@ def utf8_text(option: str, text: str, where: str = "") -> str:
     return text
 
 
+def said(e: BaseException) -> str:
+    """What an exception says, for a user: an operating-system error on a file as "FILE:
+    REASON" (not Python's "[Errno 13] Permission denied: 'FILE'"), anything else as ``str``."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return str(e)
+
+
 def one_line(message: object) -> str:
     """``message`` on one line: whitespace runs collapsed, control characters escaped."""
     return printable(" ".join(str(message).split()))
@@ -58,6 +67,18 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, except that a verb's parser refuses what it does not know itself, so
+        the error names the verb and its ``--help`` (argparse leaves them to the top-level
+        parser, which said ``attnkit: error: unrecognized arguments`` and pointed to
+        ``attnkit --help``, where no verb's options are listed)."""
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != PROG:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
 
 
 _FILE_WIDTH = 100  # rules and panels off a terminal

@@ -56,7 +56,12 @@ def run(loaded, ns: argparse.Namespace) -> int:
         ids = ids[: ns.n]
     if len(ids) < 2:
         raise UsageError(f"evaluate: {source} has fewer than 2 tokens")
-    stride = c.block_size if ns.stride is None else min(ns.stride, c.block_size)
+    if ns.stride is not None and ns.stride > c.block_size:  # was silently the block size
+        raise UsageError(
+            f"--stride: expected at most the model's window, --block-size {c.block_size} (a "
+            f"stride of {c.block_size} scores non-overlapping windows), got {ns.stride}"
+        )
+    stride = c.block_size if ns.stride is None else ns.stride
     print(
         f"checkpoint {loaded.path} (task lm, step {loaded.step}); {len(ids):,} tokens of "
         f"{source}, windows of {c.block_size} tokens every {stride}"

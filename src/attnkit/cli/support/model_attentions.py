@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnkit.cli.support.common import UsageError, option_names
+from attnkit.cli.support.options import checkpoint_of
 
 __all__ = ["ChosenModel", "add_download_option", "attentions", "choose"]
 
@@ -62,10 +63,12 @@ def choose(model: str, download: bool = False, device: Any = None) -> ChosenMode
     device = torch.device("cpu") if device is None else device
 
     with option_names(_NAMES):
-        located = locate_model(model, download=download)
         from attnkit.cli.support import own_attentions as own
 
-        if own.is_run(located.path):  # attnkit train's run or checkpoint directory
+        with checkpoint_of("--model"):  # also a directory it may not read
+            located = locate_model(model, download=download)
+            own_run = own.is_run(located.path)
+        if own_run:  # attnkit train's run or checkpoint directory
             loaded = own.load(located.path)
             loaded.model.to(device)  # built on the run's device already; .to makes it sure
             return ChosenModel(located.name, None, None, loaded)

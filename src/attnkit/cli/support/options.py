@@ -22,7 +22,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from attnkit import checks
-from attnkit.cli.support.common import option_names
+from attnkit.cli.support.common import UsageError, option_names, said
 
 __all__ = [
     "BATCH_SIZE",
@@ -33,7 +33,10 @@ __all__ = [
     "MAX_LEN",
     "Option",
     "add",
+    "blamed_on",
     "check",
+    "checkpoint_of",
+    "data_of",
     "float_arg",
     "int_arg",
     "names",
@@ -116,6 +119,36 @@ def positive(help: str, default: int | None = None, **kwargs: Any) -> dict[str, 
 CKPT = Option("--ckpt", "ckpt", None, dict(required=True, metavar="DIR",
               help="checkpoint or run directory"))  # fmt: skip
 """The checkpoint of evaluate, translate, generate and export (read by ``session.load``)."""
+
+
+@contextlib.contextmanager
+def blamed_on(flag: str, *errors: type[Exception]) -> Iterator[None]:
+    """Inside the block, an error of the types ``errors`` (whose messages name a file) is a
+    UsageError naming ``flag`` first: the option that gave the file."""
+    try:
+        yield
+    except errors as e:
+        raise UsageError(f"{flag}: {said(e)}") from None
+
+
+def checkpoint_of(flag: str) -> contextlib.AbstractContextManager[None]:
+    """:func:`blamed_on` ``flag`` for a checkpoint that cannot be used (missing, not a
+    checkpoint, a file missing or corrupt: :class:`~attnkit.train.checkpoint.CheckpointError`):
+    ``--ckpt: runs/x: no such checkpoint or run directory``; also a file of it that cannot be
+    read (PermissionError)."""
+    from attnkit.train.checkpoint import CheckpointError  # torch-free; imported by a running verb
+
+    return blamed_on(flag, CheckpointError, PermissionError)
+
+
+def data_of(flag: str, given: bool = True) -> contextlib.AbstractContextManager[None]:
+    """:func:`blamed_on` ``flag`` for a data file that cannot be used (missing, not UTF-8,
+    malformed: :class:`~attnkit.train.data.sources.DataError`), when ``given`` (the verb read
+    a file of that option); else nothing is renamed."""
+    from attnkit.train.data.sources import DataError
+
+    return blamed_on(flag, DataError) if given else contextlib.nullcontext()
+
 
 DEVICE = Option("--device", "device", None, dict(default="cpu", metavar="DEVICE", help="cpu "
                 "(default), cuda, cuda:N or mps; an error when this machine has no such "

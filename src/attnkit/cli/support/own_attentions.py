@@ -36,9 +36,11 @@ def load(path: Path) -> Any:
     import sys
 
     from attnkit.cli.support.common import one_line
+    from attnkit.cli.support.options import checkpoint_of
     from attnkit.train.inference import session
 
-    loaded = session.load(path, best=True)
+    with checkpoint_of("--model"):
+        loaded = session.load(path, best=True)
     print(f"checkpoint {one_line(loaded.describe())}", file=sys.stderr)  # as generate says
     return loaded
 

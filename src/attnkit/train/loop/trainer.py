@@ -19,6 +19,7 @@ checkpoint, so a resumed run with the same number of processes is bit-identical 
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,7 +100,7 @@ def _finish(run: Run) -> Path:
     if interrupted:
         raise TrainingInterrupted(
             f"interrupted ({interrupted}) after step {run.at.step}: checkpoint {run.saved} "
-            f"written; continue with: attnkit train --resume {run.out}",
+            f"written; continue with: attnkit train --resume {shlex.quote(str(run.out))}",
             run.saved,
         )
     if run.stop_reason is not None:
