@@ -79,9 +79,12 @@ def choose(
         return base, Sureness(1.0, 0.0, 0, "only the built-in value was raced")
     nearest = max(stats, key=lambda c: stats[c][0])
     r, spread, n = stats[nearest]
-    verdict = "tie: kept the built-in default" if r >= 1.0 else "clear: the built-in is fastest"
-    if r >= 1.0 and r - spread < margin <= r:
+    if r + spread < 1.0:  # every challenger slower beyond the noise
+        verdict = "clear: the built-in is fastest"
+    elif r - spread < margin <= r or r < 1.0:
         verdict = "tie within the noise: kept the built-in default"
+    else:
+        verdict = "tie: kept the built-in default"
     return base, Sureness(r, spread, n, verdict)
 
 
