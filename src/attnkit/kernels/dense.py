@@ -48,8 +48,11 @@ def sdpa_causal(call: AttentionCall) -> str | None:
     """How SDPA takes the call's mask without a materialised one: ``"top_left"``
     (``is_causal=True``), ``"bottom_right"`` (``causal_lower_right``, Lq <= Lk: cached decoding,
     chunked prefill), else None. The one test of it, for dense and for the backends that step
-    aside for it."""
+    aside for it. None for a scale <= 0: SDPA's CPU kernel masks before it scales, which turns
+    the masked scores into NaN (scale 0) or +inf (negative scale)."""
     mask = call.mask
+    if not call.scale > 0:
+        return None
     if mask is not None and mask.is_plain_causal:  # SDPA's is_causal=True
         return "top_left"
     if call.q_len <= call.kv_len and causal_alignment(mask) == "bottom_right":
