@@ -204,7 +204,7 @@ def test_per_element_band_route_reads_every_layout(layout, monkeypatch):
     _check_against_float64(out, q, k, v, mask, seed=2)
 
 
-@pytest.mark.parametrize("scale", [0.0, -0.7])
+@pytest.mark.parametrize("scale", [0.0, -0.7, 1e-300])
 @pytest.mark.parametrize("with_sinks", [False, True])
 def test_causal_tiles_with_a_scale_not_above_zero_match_float64(scale, with_sinks):
     """The docs plan's causal tiles ran on the fused kernel's ``is_causal``, which masks before

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
 from attnkit.kernels.blocksparse.streams import run_streams, streams_for
+from attnkit.kernels.dense import is_causal_exact
 
 FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -40,10 +41,9 @@ def unit_rows(t: Tensor) -> Tensor:
 
 
 def causal_as_mask(q: Tensor, k: Tensor, mask: Tensor | None, scale: float, is_causal: bool):
-    """(mask, is_causal) for the fused ops: ``is_causal`` as a -inf tile mask when the scale is
-    not above 0 (the fused CPU op masks before it scales: the masked scores would become NaN
-    at scale 0, +inf at a negative scale)."""
-    if not is_causal or scale > 0:
+    """(mask, is_causal) for the fused ops: ``is_causal`` as a -inf tile mask at a scale where it
+    is not exact (:func:`~attnkit.kernels.dense.is_causal_exact`: 0 in float32, or negative)."""
+    if not is_causal or is_causal_exact(scale):
         return mask, is_causal
     n, m = q.shape[-2], k.shape[-2]
     above = torch.ones(n, m, dtype=torch.bool, device=q.device).triu_(1)
