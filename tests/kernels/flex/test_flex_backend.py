@@ -63,7 +63,7 @@ def test_auto_would_choose_it_on_cuda_for_structured_masks_only():
     """speed_reasons on a stand-in for a CUDA call (no GPU needed: only the device is read)."""
     b = FlexBackend()
     cuda_q = types.SimpleNamespace(device=torch.device("cuda"))
-    lens = dict(q_len=5, kv_len=9)
+    lens = dict(q_len=5, kv_len=9, scale=0.125)
     window = types.SimpleNamespace(q=cuda_q, mask=M.sliding_window(3) & M.causal(), **lens)
     assert b.speed_reasons(window) == []
     for mask in (None, M.causal(), M.causal("bottom_right")):
