@@ -229,3 +229,19 @@ def test_auto_on_cuda_leaves_bottom_right_causal_to_sdpa():
         window = F.explain_dispatch(qc, kc, vc, M.causal("bottom_right") & M.sliding_window(64, 0))
     assert step.chosen == "dense", step
     assert window.chosen == "flex", window
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_float_mask(mask_dtype):
+    """A float16 / bfloat16 bias tensor with float32 inputs raised "value cannot be converted
+    to type c10::Half without overflow" (the bias was clamped to float32's range in its own
+    dtype). The float64 reference (torch math), 1e-5."""
+    q, k, v = _qkv((1, 2, 9, 8), kv_len=11)
+    g = torch.Generator().manual_seed(1)
+    bias = torch.randn(9, 11, generator=g).to(mask_dtype)
+    bias[2, 3:] = -torch.inf
+    out = F.scaled_dot_product_attention(q, k, v, bias, backend="flex")
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    s = q64 @ k64.transpose(-2, -1) / 8**0.5 + bias.double()
+    ref = torch.softmax(s, -1) @ v64
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
