@@ -120,6 +120,23 @@ def test_from_predicate_using_heads_only_lines_up_with_the_head_dim():
     np.testing.assert_array_equal(both, kp & want)
 
 
+@pytest.mark.parametrize("fn", [lambda i, j: i >= j, lambda b, h, q: q >= 0])
+def test_from_predicate_refuses_a_function_without_four_arguments(fn):
+    """A predicate of two indices (i, j) failed only when the mask was first used, with
+    Python's own "<lambda>() takes 2 positional arguments but 4 were given"; it is refused when
+    the mask is built, naming fn and the form it must take."""
+    with pytest.raises(TypeError, match=r"fn: expected .*fn\(b, h, q_idx, kv_idx\)"):
+        M.from_predicate(fn)
+
+
+def test_from_predicate_takes_any_callable_that_accepts_four_arguments():
+    def star(*idx):
+        return idx[2] >= idx[3]
+
+    got = M.from_predicate(star).materialize(3, 4).numpy()
+    np.testing.assert_array_equal(got, np.tril(np.ones((3, 4), dtype=bool)))
+
+
 def test_from_tensor_bool_and_float():
     g = torch.Generator().manual_seed(0)
     t = torch.rand((2, 1, 5, 7), generator=g) > 0.4
