@@ -245,3 +245,22 @@ def test_a_half_precision_float_mask(mask_dtype):
     s = q64 @ k64.transpose(-2, -1) / 8**0.5 + bias.double()
     ref = torch.softmax(s, -1) @ v64
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_an_intersection_of_bias_only_masks(with_sinks):
+    """ALiBi & ALiBi allows every key: its block classes are all full, and refining them called
+    the allowed part's mask_mod, which is None for such a mask ("'NoneType' object is not
+    callable"). The float64 reference (torch math, the two biases added), 1e-5."""
+    q, k, v = _qkv((1, 2, 9, 8), kv_len=11)
+    sinks = torch.tensor([0.5, -1.0]) if with_sinks else None
+    mask = M.alibi(0.1) & M.alibi(1.0)
+    out = F.scaled_dot_product_attention(q, k, v, mask, sinks=sinks, backend="flex")
+    i, j = torch.arange(9)[:, None] + 2, torch.arange(11)[None, :]  # bottom-right aligned
+    bias = -(0.1 + 1.0) * (i - j).abs().double()
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    s = q64 @ k64.transpose(-2, -1) / 8**0.5 + bias
+    if with_sinks:
+        s = torch.cat([s, sinks.double().view(1, 2, 1, 1).expand(1, 2, 9, 1)], -1)
+    ref = torch.softmax(s, -1)[..., :11] @ v64
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
