@@ -168,6 +168,8 @@ BAD = [
     ("mha mask shape", _mha(mask=torch.ones(2, 3, 5, 5, dtype=torch.bool)), ValueError, "mask"),
     ("mha scale", _mha(scale=math.nan), ValueError, "scale"),
     ("explain kind", lambda: F.explain_dispatch(q_, k_, v_, kind="cosine"), ValueError, "kind"),
+    # weights of additive attention with kind="dot" were silently ignored
+    ("explain w_q for dot", lambda: F.explain_dispatch(q_, k_, v_, w_q=W8_), ValueError, "w_q"),
     (
         "explain backend",
         lambda: F.explain_dispatch(q_, k_, v_, backend="nope"),

@@ -132,3 +132,21 @@ def test_cuda_additive_runs_and_matches_float64(dtype):
     np.testing.assert_allclose(out.detach().double().cpu().numpy(), ref, atol=tol, rtol=tol)
     out.sum().backward()
     assert all(torch.isfinite(x.grad).all() for x in xc)
+
+
+@pytest.mark.parametrize(
+    "dtype, mask_dtype", [(torch.float64, torch.float32), (torch.float32, torch.float16)]
+)
+def test_a_float_mask_narrower_than_the_inputs(dtype, mask_dtype):
+    """A bias tensor in a narrower dtype than the compute dtype (a float32 mask with float64
+    inputs) raised "value cannot be converted to type float without overflow" when its tiles
+    were clamped to the compute dtype's range. The float64 reference, 1e-5."""
+    batch, lq, lk = (2,), 5, 7
+    xs = _inputs(batch, lq, lk, dtype, seed=2)
+    g = torch.Generator().manual_seed(3)
+    bias = torch.randn(lq, lk, generator=g, dtype=torch.float64)
+    bias[1, 2:] = -torch.inf
+    out = F.additive_attention(*xs, bias.to(mask_dtype), backend="additive_chunked")
+    x64 = [x.detach().double().numpy() for x in xs]
+    ref = R.additive(*x64, mask=bias.to(mask_dtype).double().numpy()).output
+    np.testing.assert_allclose(out.detach().double().numpy(), ref, atol=1e-5, rtol=1e-5)

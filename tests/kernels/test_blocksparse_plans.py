@@ -202,3 +202,32 @@ def test_per_element_band_route_reads_every_layout(layout, monkeypatch):
         out = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
     assert ran, "the per-element route did not run"
     _check_against_float64(out, q, k, v, mask, seed=2)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.7, 1e-300])
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_causal_tiles_with_a_scale_not_above_zero_match_float64(scale, with_sinks):
+    """The docs plan's causal tiles ran on the fused kernel's ``is_causal``, which masks before
+    it scales: a scale of 0 gave NaN rows, a negative one +inf scores (torch 2.13). Output and
+    gradients against softmax in float64 with the mask as a tensor, 1e-5."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 40, 8, generator=g, requires_grad=True) for _ in range(3))
+    sinks = torch.randn(2, generator=g, requires_grad=True) if with_sinks else None
+    ids = torch.tensor([0] * 15 + [1] * 25)
+    mask = M.document(ids) & M.causal()
+    assert bs.make_plan(_call(mask, lq=40, batch=(1, 2))).kind == "docs"
+    out = F.scaled_dot_product_attention(
+        q, k, v, mask, scale=scale, sinks=sinks, backend="blocksparse"
+    )
+    out.backward(torch.ones_like(out))
+    leaves = [t for t in (q, k, v, sinks) if t is not None]
+    ref_in = [t.detach().double().requires_grad_() for t in leaves]
+    qd, kd, vd = ref_in[:3]
+    s = (qd @ kd.transpose(-2, -1) * scale).masked_fill(~mask.materialize(40, 40), -torch.inf)
+    if with_sinks:
+        s = torch.cat([s, ref_in[3].view(2, 1, 1).expand(1, 2, 40, 1)], -1)
+    ref = torch.softmax(s, -1)[..., :40] @ vd
+    ref.backward(torch.ones_like(ref))
+    torch.testing.assert_close(out.detach().double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    for got, want in zip(leaves, ref_in, strict=True):
+        torch.testing.assert_close(got.grad.double(), want.grad, atol=1e-5, rtol=1e-5)

@@ -118,3 +118,20 @@ def test_causal_gradients_match_float64(monkeypatch):
     ref.backward(torch.ones_like(ref))
     for got, want in ((q, qd), (k, kd), (v, vd)):
         torch.testing.assert_close(got.grad.double(), want.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.5, 1e-300])
+@pytest.mark.parametrize(
+    "mask, lq, lk",
+    [(M.causal(), 6, 6), (M.causal(), 5, 9), (M.causal("bottom_right"), 7, 7)],
+)
+def test_causal_with_a_scale_not_above_zero_matches_float64(mask, lq, lk, scale):
+    """SDPA's CPU kernel applies ``is_causal`` before the scale: a scale of 0 (1e-300 is 0 in its
+    float32 accumulator) turned the masked scores into NaN and a negative one into +inf (torch
+    2.13), so such calls take the mask as a tensor. The float64 reference, 1e-12."""
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
+        q, k, v = _qkv(2, 2, lq, lk, dtype, seed=5)
+        out = F.scaled_dot_product_attention(q, k, v, mask, scale=scale, backend="dense")
+        qd, kd, vd = (t.double().numpy() for t in (q, k, v))
+        ref = R.scaled_dot_product(qd, kd, vd, mask.materialize(lq, lk).numpy(), scale=scale)
+        np.testing.assert_allclose(out.double().numpy(), ref.output, atol=tol, rtol=0)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnkit import functional as F
 from attnkit import masks as M
 from tests.support.block_maps import PARTIAL, ij, np_block_classes
 
@@ -118,6 +119,23 @@ def test_from_predicate_using_heads_only_lines_up_with_the_head_dim():
     both = (M.key_padding([2, 5]) & m).materialize(4, 6).numpy()  # (2,) & (1, 3) -> (2, 3)
     kp = np.arange(6)[None, None, None, :] < np.array([2, 5])[:, None, None, None]
     np.testing.assert_array_equal(both, kp & want)
+
+
+@pytest.mark.parametrize("fn", [lambda i, j: i >= j, lambda b, h, q: q >= 0])
+def test_from_predicate_refuses_a_function_without_four_arguments(fn):
+    """A predicate of two indices (i, j) failed only when the mask was first used, with
+    Python's own "<lambda>() takes 2 positional arguments but 4 were given"; it is refused when
+    the mask is built, naming fn and the form it must take."""
+    with pytest.raises(TypeError, match=r"fn: expected .*fn\(b, h, q_idx, kv_idx\)"):
+        M.from_predicate(fn)
+
+
+def test_from_predicate_takes_any_callable_that_accepts_four_arguments():
+    def star(*idx):
+        return idx[2] >= idx[3]
+
+    got = M.from_predicate(star).materialize(3, 4).numpy()
+    np.testing.assert_array_equal(got, np.tril(np.ones((3, 4), dtype=bool)))
 
 
 def test_from_tensor_bool_and_float():
@@ -338,3 +356,30 @@ def test_normalize_right_aligns_tensors_like_torch(shape):
     np.testing.assert_array_equal(np.broadcast_to(got, want.shape), want)
     kp = M.key_padding([1, 7])
     assert M.normalize(kp, (2, 3), 5, 7) is kp and M.normalize(None, (2,), 5, 7) is None
+
+
+def test_biases_of_an_intersection_add_up_exactly():
+    """Two float32 bias tensors combined with ``&`` were added in float32 before the cast to
+    the call's dtype: float64 calls on blocksparse and additive_chunked were off by 1e-7 (the
+    float32 rounding of the sum) while math and dense were exact. The sum is exact in float64;
+    outputs against torch math in float64 with the sum made there, 1e-12."""
+    g = torch.Generator().manual_seed(0)
+    n = 70
+    a, b = (torch.randn(n, n, generator=g) for _ in range(2))
+    exact = a.double() + b.double()
+    both = M.from_tensor(a) & M.from_tensor(b)
+    assert torch.equal(both.materialize_bias(n, n, torch.float64), exact)
+    mask = both & M.causal()
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    s = (q @ k.transpose(-1, -2) / 8**0.5 + exact).masked_fill(
+        ~M.causal().materialize(n, n), -np.inf
+    )
+    want = torch.softmax(s, -1) @ v
+    got = F.scaled_dot_product_attention(q, k, v, mask, backend="blocksparse")
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    w_q, w_k = (torch.randn(4, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    w_v = torch.randn(4, generator=g, dtype=torch.float64)
+    e = torch.tanh((q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)) @ w_v + exact
+    want = torch.softmax(e.masked_fill(~M.causal().materialize(n, n), -np.inf), -1) @ v
+    got = F.additive_attention(q, k, v, w_q, w_k, w_v, mask, backend="additive_chunked")
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

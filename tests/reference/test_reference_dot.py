@@ -141,3 +141,20 @@ def test_seed004_unscaled_dot_product():
         np.testing.assert_allclose(t.scores[i], e, rtol=1e-15)
         np.testing.assert_allclose(t.weights[i], a, rtol=1e-14)
         np.testing.assert_allclose(t.output[i], a[0] * V[0] + a[1] * V[1], rtol=1e-14)
+
+
+@pytest.mark.parametrize("big", [1e160, -1e160])
+def test_scores_beyond_float64_are_refused_not_zeroed(big):
+    """Finite Q, K whose scores overflow float64 (|q.k| ~ 1e320): the softmax read the +inf
+    (or inf - inf = NaN) row as a row without keys and returned output 0 for it, which is not
+    attention's result; the reference refuses them, naming Q and K. Scores that stay in range
+    (1e150) still give the one-hot limit: the value of the key with the largest score."""
+    q = np.array([[1.0, 1.0], [0.0, 0.0]])
+    k = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 0.5]])
+    v = np.array([[1.0], [2.0], [3.0]])
+    with pytest.raises(ValueError, match=r"Q, K: expected scores within float64's range"):
+        R.scaled_dot_product(q * big, k * abs(big), v)
+    with pytest.raises(ValueError, match=r"Q, K"):
+        R.scaled_dot_product_sinks(q[None] * big, k[None] * abs(big), v[None], sinks=np.zeros(1))
+    out = R.scaled_dot_product(q * 1e150, k * 1e150, v).output
+    np.testing.assert_allclose(out, [[1.0], [2.0]], atol=1e-12)

@@ -35,6 +35,14 @@ DENSE_MASK_LIMIT = 2**26
 """Most entries of a materialised mask the dense backend accepts (64 Mi bools)."""
 
 
+def is_causal_exact(scale: float) -> bool:
+    """True when SDPA's ``is_causal`` (and ``causal_lower_right``, which becomes it for Lq = Lk)
+    is exact at ``scale``: torch's CPU kernel masks the scores before it scales them, so a scale
+    that is 0 in float32 (its accumulation type) turns the masked scores into NaN, a negative
+    one into +inf."""
+    return scale >= torch.finfo(torch.float32).tiny
+
+
 def causal_alignment(mask: Mask | None) -> str | None:
     """ "top_left" or "bottom_right" when ``mask`` is a plain causal mask (a band lo = -inf,
     hi = 0 without a bias or batch dims), else None."""
@@ -50,8 +58,10 @@ def sdpa_causal(call: AttentionCall) -> str | None:
     """How SDPA takes the call's mask without a materialised one: ``"top_left"``
     (``is_causal=True``), ``"bottom_right"`` (``causal_lower_right``, Lq <= Lk: cached decoding,
     chunked prefill), else None. The one test of it, for dense and for the backends that step
-    aside for it."""
+    aside for it. None for a scale at which is_causal is not exact (:func:`is_causal_exact`)."""
     mask = call.mask
+    if not is_causal_exact(call.scale):
+        return None
     if mask is not None and mask.is_plain_causal:  # SDPA's is_causal=True
         return "top_left"
     if call.q_len <= call.kv_len and causal_alignment(mask) == "bottom_right":

@@ -314,9 +314,11 @@ class Intersection(_Pair):
         ba = self.a._bias(qi, kj, q_len, kv_len) if self.a.has_bias else None
         bb = self.b._bias(qi, kj, q_len, kv_len) if self.b.has_bias else None
         ba, bb = self._lifted(ba, bb)
-        if ba is None:
-            return bb
-        return ba if bb is None else ba + bb
+        if ba is None or bb is None:
+            return bb if ba is None else ba
+        if torch.promote_types(ba.dtype, bb.dtype) != torch.float64:  # the sum of two float32
+            ba, bb = ba.double(), bb.double()  # biases is exact in float64, rounded once later
+        return ba + bb
 
     def as_band(self) -> Any:
         ba, bb = self.a.as_band(), self.b.as_band()

@@ -4,6 +4,7 @@ the one place a user's ``mask=`` argument becomes a mask object."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 
@@ -22,6 +23,22 @@ __all__ = [
     "from_key_padding_mask",
     "normalize",
 ]
+
+
+def _check_arity(fn: Callable[..., Tensor]) -> None:
+    """TypeError naming ``fn`` when its signature cannot take the four index arguments (a
+    callable whose signature Python cannot read is left to its first call)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(0, 0, 0, 0)
+    except TypeError:
+        raise TypeError(
+            f"fn: expected a predicate fn(b, h, q_idx, kv_idx) of four arguments (FlexAttention's "
+            f"mask_mod form), got a callable with signature {sig}"
+        ) from None
 
 
 class Predicate(Mask):
@@ -54,6 +71,7 @@ class Predicate(Mask):
     ) -> None:
         if not callable(fn):
             raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+        _check_arity(fn)
         if batch_size is not None:
             batch_size = checks.positive_int("batch_size", batch_size)
         if num_heads is not None:

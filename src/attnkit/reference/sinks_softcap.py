@@ -16,7 +16,7 @@ import numpy as np
 
 from attnkit import checks
 from attnkit.reference.inputs import as_float_array, check_qkv, mask_arrays
-from attnkit.reference.steps import softmax_rows, transpose
+from attnkit.reference.steps import check_scores, softmax_rows, transpose
 from attnkit.reference.traces import SinkTrace
 
 __all__ = ["scaled_dot_product_sinks"]
@@ -65,6 +65,7 @@ def scaled_dot_product_sinks(
     scaled = scores * s
     capped = scaled if cap is None else cap * np.tanh(scaled / cap)
     allowed, bias = mask_arrays(mask, scores.shape)
+    check_scores(capped + bias, allowed)
     masked = np.where(allowed, capped + bias, -np.inf)
     column = np.full(masked.shape[:-1] + (1,), -np.inf)  # no sink: weight exp(-inf) = 0
     if sink is not None:

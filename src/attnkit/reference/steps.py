@@ -7,7 +7,7 @@ import numpy as np
 
 from attnkit.reference.inputs import mask_arrays
 
-__all__ = ["attend", "softmax_rows", "transpose"]
+__all__ = ["attend", "check_scores", "softmax_rows", "transpose"]
 
 
 def softmax_rows(masked: np.ndarray) -> np.ndarray:
@@ -25,6 +25,19 @@ def softmax_rows(masked: np.ndarray) -> np.ndarray:
     return np.where(row_has_key, e / np.where(row_has_key, total, 1.0), 0.0)
 
 
+def check_scores(values: np.ndarray, allowed: np.ndarray) -> None:
+    """ValueError when an allowed score (scaled, plus any bias) is not finite: finite Q and K
+    whose scores overflow float64. Its softmax would otherwise read +inf or NaN as a row
+    without keys and give weights 0, which is not the result; float64 cannot represent it."""
+    bad = allowed & ~np.isfinite(values)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"Q, K: expected scores within float64's range, got {values[at]} at index {at} "
+            "(Q Kᵀ * scale + bias overflows float64); scale the inputs down"
+        )
+
+
 def attend(
     q: np.ndarray,
     k: np.ndarray,
@@ -37,6 +50,7 @@ def attend(
     scale, mask (module docstring of :mod:`attnkit.reference`), softmax, weighted sum."""
     scaled = scores * scale
     allowed, bias = mask_arrays(mask, scores.shape)
+    check_scores(scaled + bias, allowed)
     masked = np.where(allowed, scaled + bias, -np.inf)
     weights = softmax_rows(masked)
     output = weights @ v  # row i: sum_j w_ij V_j

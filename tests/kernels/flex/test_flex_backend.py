@@ -63,7 +63,7 @@ def test_auto_would_choose_it_on_cuda_for_structured_masks_only():
     """speed_reasons on a stand-in for a CUDA call (no GPU needed: only the device is read)."""
     b = FlexBackend()
     cuda_q = types.SimpleNamespace(device=torch.device("cuda"))
-    lens = dict(q_len=5, kv_len=9)
+    lens = dict(q_len=5, kv_len=9, scale=0.125)
     window = types.SimpleNamespace(q=cuda_q, mask=M.sliding_window(3) & M.causal(), **lens)
     assert b.speed_reasons(window) == []
     for mask in (None, M.causal(), M.causal("bottom_right")):
@@ -229,3 +229,38 @@ def test_auto_on_cuda_leaves_bottom_right_causal_to_sdpa():
         window = F.explain_dispatch(qc, kc, vc, M.causal("bottom_right") & M.sliding_window(64, 0))
     assert step.chosen == "dense", step
     assert window.chosen == "flex", window
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_float_mask(mask_dtype):
+    """A float16 / bfloat16 bias tensor with float32 inputs raised "value cannot be converted
+    to type c10::Half without overflow" (the bias was clamped to float32's range in its own
+    dtype). The float64 reference (torch math), 1e-5."""
+    q, k, v = _qkv((1, 2, 9, 8), kv_len=11)
+    g = torch.Generator().manual_seed(1)
+    bias = torch.randn(9, 11, generator=g).to(mask_dtype)
+    bias[2, 3:] = -torch.inf
+    out = F.scaled_dot_product_attention(q, k, v, bias, backend="flex")
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    s = q64 @ k64.transpose(-2, -1) / 8**0.5 + bias.double()
+    ref = torch.softmax(s, -1) @ v64
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_an_intersection_of_bias_only_masks(with_sinks):
+    """ALiBi & ALiBi allows every key: its block classes are all full, and refining them called
+    the allowed part's mask_mod, which is None for such a mask ("'NoneType' object is not
+    callable"). The float64 reference (torch math, the two biases added), 1e-5."""
+    q, k, v = _qkv((1, 2, 9, 8), kv_len=11)
+    sinks = torch.tensor([0.5, -1.0]) if with_sinks else None
+    mask = M.alibi(0.1) & M.alibi(1.0)
+    out = F.scaled_dot_product_attention(q, k, v, mask, sinks=sinks, backend="flex")
+    i, j = torch.arange(9)[:, None] + 2, torch.arange(11)[None, :]  # bottom-right aligned
+    bias = -(0.1 + 1.0) * (i - j).abs().double()
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    s = q64 @ k64.transpose(-2, -1) / 8**0.5 + bias
+    if with_sinks:
+        s = torch.cat([s, sinks.double().view(1, 2, 1, 1).expand(1, 2, 9, 1)], -1)
+    ref = torch.softmax(s, -1)[..., :11] @ v64
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)

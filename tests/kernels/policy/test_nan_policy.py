@@ -283,3 +283,22 @@ def test_bias_gradient_in_every_backend(backend, dtype, lq, lk):
         t = tol(dtype) if dtype != torch.bfloat16 else 2e-2
         assert rel_err(out, want_out.numpy()) <= t, name
         assert rel_err(leaf.grad, want_grad.numpy()) <= t, f"{name}: bias gradient"
+
+
+@pytest.mark.parametrize("backend", ("auto",) + BACKENDS)
+def test_float64_scores_beyond_float64_are_refused(backend):
+    """Finite float64 q, k whose scores overflow float64 (|q.k| ~ 4e320): a row whose allowed
+    scores all overflowed to -inf was read as a row without keys and got output 0 (the answer
+    is the value of key 0, the largest score), a row of +inf got NaN. Refused before the
+    kernel runs, naming q and k; scores just inside the range still run."""
+    q = torch.full((1, 1, 2, 4), 1e160, dtype=torch.float64)
+    q[0, 0, 1] = 1.0
+    k = -torch.full((1, 1, 3, 4), 1e160, dtype=torch.float64)
+    k = k * torch.tensor([1.0, 1.0001, 2.0], dtype=torch.float64)[:, None]
+    v = torch.arange(1.0, 4.0, dtype=torch.float64).view(1, 1, 3, 1)
+    with pytest.raises(ValueError, match=r"q, k: .*float64"):
+        F.scaled_dot_product_attention(q, k, v, M.causal("bottom_right"), backend=backend)
+    out = F.scaled_dot_product_attention(
+        q * 1e-20, k * 1e-20, v, M.causal("bottom_right"), backend=backend
+    )
+    np.testing.assert_allclose(out.flatten().numpy(), [1.0, 1.0], atol=1e-12)

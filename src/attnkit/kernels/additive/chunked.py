@@ -59,7 +59,7 @@ def mask_tiles(call: AttentionCall, dtype: torch.dtype) -> Tiles:
                 return s, None
             ok = s != -math.inf
             big = torch.finfo(dtype).max
-            return ok, torch.where(ok, s, 0).clamp(-big, big).to(dtype)
+            return ok, torch.where(ok, s, 0).to(dtype).clamp(-big, big)  # s may be narrower
 
         return cut
 

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
 from attnkit.kernels.blocksparse.streams import run_streams, streams_for
+from attnkit.kernels.dense import is_causal_exact
 
 FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -39,14 +40,27 @@ def unit_rows(t: Tensor) -> Tensor:
     return t.contiguous()
 
 
+def causal_as_mask(q: Tensor, k: Tensor, mask: Tensor | None, scale: float, is_causal: bool):
+    """(mask, is_causal) for the fused ops: ``is_causal`` as a -inf tile mask at a scale where it
+    is not exact (:func:`~attnkit.kernels.dense.is_causal_exact`: 0 in float32, or negative)."""
+    if not is_causal or is_causal_exact(scale):
+        return mask, is_causal
+    n, m = q.shape[-2], k.shape[-2]
+    above = torch.ones(n, m, dtype=torch.bool, device=q.device).triu_(1)
+    causal = torch.zeros(n, m, dtype=q.dtype, device=q.device).masked_fill_(above, -torch.inf)
+    return (causal if mask is None else mask + causal), False
+
+
 def sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, is_causal: bool):
     """One fused SDPA forward on 4-D tiles: (output, logsumexp). Every SDPA call of the backend
     goes through here (the tests watch tile sizes and layouts by patching it)."""
+    mask, is_causal = causal_as_mask(q, k, mask, scale, is_causal)
     return FLASH(q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
 
 
 def sdpa_bwd(go, q, k, v, out, lse, mask, scale, is_causal):
     """One fused SDPA backward on 4-D tiles: (grad q, grad k, grad v)."""
+    mask, is_causal = causal_as_mask(q, k, mask, scale, is_causal)
     return FLASH_BWD(go, q, k, v, out, lse, 0.0, is_causal, attn_mask=mask, scale=scale)
 
 

@@ -89,6 +89,8 @@ def refine(mask, bm: Tensor, ambiguous: Tensor, lq, lk, bq, bk, layout: FlexLayo
     """``bm`` (batch_shape + (nq, nk)) with the ``ambiguous`` blocks replaced by their exact
     classes (the combination ``mask`` evaluated with its ``mask_mod``)."""
     mod = allowed_mod(mask, lq, lk, layout, dev)
+    if mod is None:  # every key allowed (biases only): no block is ambiguous
+        return bm
     pos = _band_partials(mask, lq, lk, bq, bk)
     if pos is not None:  # ambiguous blocks are among the band's partial blocks
         if pos.shape[0] == 0:

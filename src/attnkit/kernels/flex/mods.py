@@ -28,7 +28,7 @@ from torch import Tensor
 
 from attnkit import masks as M
 from attnkit.masks.base import Intersection, Union
-from attnkit.masks.blocks import offset
+from attnkit.masks.blocks import offset, saturate
 from attnkit.masks.tensor import KeyColumns
 
 __all__ = ["FlexLayout", "FlexMods", "MaskMod", "ScoreMod", "build_mods", "supported_mask"]
@@ -207,7 +207,7 @@ def _finite_bias(t: Tensor, dev) -> Tensor:
     float32 on ``dev``, saturated at +-finfo(float32).max (policy P5)."""
     t = t.detach().to(dev)
     t = torch.where(t == -math.inf, torch.zeros((), dtype=t.dtype, device=dev), t)
-    return t.clamp(-F32_MAX, F32_MAX).to(torch.float32)
+    return saturate(t, torch.float32)
 
 
 def bias_mod(mask: M.Mask, lq: int, lk: int, layout: FlexLayout, dev) -> MaskMod | None:

@@ -12,6 +12,8 @@ P5 when ``max|q| * max|k| * d * scale + max|bias| >= finfo(compute).max / 16`` t
    With ``softcap`` c, q.k is still computed before the cap (the overflow bound on it stays),
    but the softmax sees c * tanh(s / c) + bias, within c + max|bias|: the softmax's overflow
    and the fused backward's "scores too large" checks use that bound (:func:`softmax_bound`).
+   Finite float64 inputs whose scores could leave float64's range (the tight bound reaches
+   finfo(float64).max) are refused with a ValueError naming q, k: float64 is the widest dtype.
 P6 NaN or +-inf in q, k or v at a position a row attends to makes that whole output row NaN;
    a float mask (bias) holding NaN or +inf is refused with a ValueError naming ``mask`` (the
    input scan sees it at no extra cost; -inf is "not allowed", P2). The kernels never see
@@ -159,12 +161,30 @@ def decide(call: AttentionCall, qm: float, km: float, finite: bool) -> NumericsD
             decided = bound if qk < overflow else qk  # q.k itself overflows (before a cap)
             reason = dot_reason(qm, km, bm, decided, dtype, overflow)
             dtype = torch.float64
+    if finite and dtype == torch.float64 and not max(bound, qk) < torch.finfo(dtype).max:
+        if not tight:
+            qk, tight = _row_norm_bound(call), True
+            bound = softmax_bound(call, qk, bm)
+        _refuse_float64_overflow(max(bound, qk))
     ok = True
     if not bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR and call.needs_grad:
         if not tight:
             bound = softmax_bound(call, _row_norm_bound(call), bm)
         ok = bound * torch.finfo(dtype).eps < GRAD_SCORE_ERROR
     return NumericsDecision(dtype, finite, ok, reason)
+
+
+def _refuse_float64_overflow(bound: float) -> None:
+    """ValueError when scores bounded by ``bound`` (the tight bound) could overflow float64, the
+    widest compute dtype: a row of scores that overflowed would read as a row without keys
+    (output 0) or as NaN, never as its result."""
+    fmax = torch.finfo(torch.float64).max
+    if not bound < fmax:
+        raise ValueError(
+            f"q, k: expected scores within float64's range ({fmax:.3g}), got a bound of "
+            f"{bound:.3g} on |q.k| * scale (+ bias) (row norms); float64 is the widest "
+            "dtype attnkit computes in: scale q or k down"
+        )
 
 
 @functools.cache
