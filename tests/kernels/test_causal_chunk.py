@@ -92,6 +92,10 @@ def test_cases_it_leaves_to_causal_lower_right():
     assert not causal_chunk.applies(q, k[:, :1], v[:, :1], 0.0)  # grouped heads
     assert not causal_chunk.applies(q, q, q, 0.0)  # Lq == Lk: SDPA's is_causal serves it
     assert not causal_chunk.applies(q[0], k[0], v[0], 0.0)  # 3 dims
+    v5 = v[..., :5]
+    assert not causal_chunk.applies(q, k, v5, 0.0)  # dv != dk: one head size in the fused ops
+    out = F.scaled_dot_product_attention(q, k, v5, MASK, backend="dense")
+    assert (out.double() - _want(q, k, v5)).abs().max() <= 2e-5
     # dropout aside, those go through causal_lower_right and still match the reference
     out = F.scaled_dot_product_attention(q, q, q, MASK, backend="dense")
     assert (out.double() - _want(q, q, q)).abs().max() <= 2e-5

@@ -220,6 +220,19 @@ def test_huge_scores_are_redone_in_float64():
     _close(got, _ref(q, k, v, None))
 
 
+@pytest.mark.parametrize("mask", [M.causal(), M.causal("bottom_right")])
+def test_a_scale_beyond_float32_with_a_mask_tile(mask):
+    """scale = 1e300 on the masked (torch ops) path: no float32 can hold it, so the step is
+    redone under the policy (float64), matching the float64 reference, not a conversion
+    error."""
+    q, k, v = _qkv((1, 2), 9, 11, seed=3)
+    with torch.no_grad():
+        got = F.scaled_dot_product_attention(q, k, v, mask, scale=1e300, backend="decode")
+    allowed = mask.materialize(9, 11).numpy()
+    want = R.scaled_dot_product(*(to_np(t) for t in (q, k, v)), allowed, scale=1e300).output
+    assert np.abs(got.double().numpy() - want).max() <= 1e-5
+
+
 LONG = max(DECODE_MIN_KV, DECODE_MIN_BYTES // (8 * 128 * 4)) + 1
 """A cache of 8 heads, d = 64, long enough for ``auto`` to take ``decode``."""
 

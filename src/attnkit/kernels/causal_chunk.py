@@ -26,8 +26,8 @@ FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu
 
 def applies(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> bool:
     """True when :func:`attend` serves the call: CPU tensors of 4 dims with one batch shape
-    (no grouped heads), fewer queries than keys, no dropout, and this torch has the fused CPU
-    ops."""
+    (no grouped heads) and one width (the fused CPU ops take one head size), fewer queries than
+    keys, no dropout, and this torch has the fused CPU ops."""
     return (
         FLASH is not None
         and FLASH_BWD is not None
@@ -35,6 +35,7 @@ def applies(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> bool:
         and q.device.type == "cpu"
         and q.dim() == k.dim() == v.dim() == 4
         and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+        and q.shape[-1] == k.shape[-1] == v.shape[-1]
         and q.shape[-2] < k.shape[-2]
     )
 

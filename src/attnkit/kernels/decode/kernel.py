@@ -108,6 +108,8 @@ def attend(
             return None
         out = out.to(q.dtype)
         return (out[0] if squeeze else out), keys
+    if not abs(scale) <= torch.finfo(torch.float32).max:  # baddbmm's alpha is a float32
+        return None  # redone exactly on the scanned policy's backend
     q3 = q.reshape(-1, g * lq, q.shape[-1])  # (N, g*Lq, dk): the g heads of a group as rows
     k3, v3 = _flat(k), _flat(v)  # (N, n, d): views for contiguous and cache-buffer layouts
     # s = scale * q kᵀ (beta = 0: the input's values are ignored, only its shape broadcasts)
