@@ -170,6 +170,7 @@ BAD = [
     ("explain kind", lambda: F.explain_dispatch(q_, k_, v_, kind="cosine"), ValueError, "kind"),
     # weights of additive attention with kind="dot" were silently ignored
     ("explain w_q for dot", lambda: F.explain_dispatch(q_, k_, v_, w_q=W8_), ValueError, "w_q"),
+    ("check_mask batch", lambda: F.check_mask(M.causal(), 2, 5, 5), TypeError, "batch"),
     (
         "explain backend",
         lambda: F.explain_dispatch(q_, k_, v_, backend="nope"),

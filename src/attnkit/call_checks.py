@@ -93,6 +93,8 @@ def check_mask(
     ``batch`` dims and it must accept the lengths. Errors start with ``name``."""
     if mask is None:
         return None
+    if not isinstance(batch, (tuple, list, torch.Size)):
+        raise TypeError(f"batch: expected a tuple of batch dims, got {type(batch).__name__}")
     target = tuple(batch) + (q_len, kv_len)
     if isinstance(mask, Tensor):
         if mask.dtype != torch.bool and not mask.is_floating_point():

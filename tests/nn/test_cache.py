@@ -190,6 +190,15 @@ def test_top_left_masks_are_refused_once_keys_are_cached(name):
     assert cache.k is k_before and cache.size == cache.seen == 3  # refused before any work
 
 
+def test_the_refusal_counts_one_cached_key_in_the_singular():
+    mha = _module(3)
+    x = torch.randn(B, 2, E, dtype=torch.float64)
+    cache = mha.new_cache()
+    mha(x[:, :1], cache=cache)
+    with pytest.raises(ValueError, match=r"with 1 cached key it would"):
+        mha(x[:, 1:], mask=M.causal(), cache=cache)
+
+
 def test_static_cache_refuses_position_masks_after_the_first_call():
     mha = _module(4)
     x, mem = torch.randn(B, 4, E, dtype=torch.float64), torch.randn(B, 6, E, dtype=torch.float64)

@@ -180,7 +180,8 @@ class KVCache:
             for m in parts:
                 if m.alignment == "top_left":
                     raise ValueError(
-                        f"mask: {m!r} is top-left aligned; with {self.size} cached keys it would "
+                        f"mask: {m!r} is top-left aligned; with {self.size} cached "
+                        f"key{'s' if self.size != 1 else ''} it would "
                         "compare the new queries with the first keys instead of the last; build "
                         "it with alignment='bottom_right' (e.g. causal('bottom_right'))"
                     )
