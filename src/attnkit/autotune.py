@@ -206,7 +206,8 @@ def blocks(budget: Budget) -> Found:
 
 def band_block(budget: Budget) -> Found:
     """``blocksparse_band_block_q``: the fastest query block of a narrow band's forward
-    (sliding window 128: 257 keys per query; B=1, H=8, L = 4 * budget.length)."""
+    (sliding window 128: 257 keys per query; B=1, H=8, L = 4 * budget.length), and
+    ``blocksparse_band_backward_block_q``, its backward's (:func:`_band_backward_block`)."""
     q, k, v = _qkv(1, 8, 4 * budget.length)
     mask, t0 = M.sliding_window(128), current()
     tunings = {bq: dataclasses.replace(t0, blocksparse_band_block_q=bq) for bq in (16, 32, 64, 128)}
@@ -215,11 +216,32 @@ def band_block(budget: Budget) -> Found:
         raced = race_times(fns, pairs(budget.reps))
     best, sure = choose(raced, t0.blocksparse_band_block_q, budget.margin)
     shown = ", ".join(f"{bq} rows {median_time(s) * 1e3:.1f} ms" for bq, s in raced.items())
+    back, back_sure, back_shown = _band_backward_block(budget, mask, t0)
     return Found(
-        {"blocksparse_band_block_q": best},
-        f"window 128, L={4 * budget.length}: {shown}",
-        sureness={"blocksparse_band_block_q": sure},
+        {"blocksparse_band_block_q": best, "blocksparse_band_backward_block_q": back},
+        f"window 128, L={4 * budget.length}: {shown}; forward+backward, "
+        f"L={2 * budget.length}: {back_shown}",
+        sureness={"blocksparse_band_block_q": sure, "blocksparse_band_backward_block_q": back_sure},
     )
+
+
+def _band_backward_block(budget: Budget, mask, t0: Tuning):
+    """(``blocksparse_band_backward_block_q``, how sure, what was measured): the fastest
+    backward block of the same band, forward and backward (B=1, H=8, L = 2 * budget.length)."""
+    q, k, v = (t.requires_grad_() for t in _qkv(1, 8, 2 * budget.length))
+    go = torch.ones_like(q)
+
+    def step(t: Tuning) -> None:
+        _with(t, q, k, v, mask).backward(go)
+        q.grad = k.grad = v.grad = None
+
+    cands = {
+        bq: dataclasses.replace(t0, blocksparse_band_backward_block_q=bq) for bq in (32, 64, 128)
+    }
+    raced = race_times({bq: (lambda t=t: step(t)) for bq, t in cands.items()}, pairs(budget.reps))
+    best, sure = choose(raced, t0.blocksparse_band_backward_block_q, budget.margin)
+    shown = ", ".join(f"{bq} rows {median_time(s) * 1e3:.1f} ms" for bq, s in raced.items())
+    return best, sure, shown
 
 
 def _with(t: Tuning, q, k, v, mask):

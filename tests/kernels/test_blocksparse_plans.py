@@ -100,8 +100,13 @@ def _qkv(lq, lk, requires_grad=False, seed=0):
     return [t.float().requires_grad_(requires_grad) for t in (q, k, v)]
 
 
-def test_band_rows_apply_to_bands_without_gradients_only():
-    t = dataclasses.replace(DEFAULT, blocksparse_block_q=128, blocksparse_band_block_q=16)
+def test_band_rows_without_and_with_gradients():
+    t = dataclasses.replace(
+        DEFAULT,
+        blocksparse_block_q=128,
+        blocksparse_band_block_q=16,
+        blocksparse_band_backward_block_q=64,
+    )
     q, k, v = _qkv(300, 300)
     qg, kg, vg = _qkv(300, 300, requires_grad=True)
 
@@ -110,7 +115,7 @@ def test_band_rows_apply_to_bands_without_gradients_only():
 
     assert rows(M.sliding_window(8), q, k, v) == 16
     assert rows(M.sliding_window(8) & M.causal(), q, k, v) == 16
-    assert rows(M.sliding_window(8), qg, kg, vg) == 128  # the backward favours large blocks
+    assert rows(M.sliding_window(8), qg, kg, vg) == 64  # the backward's own block
     assert rows(M.sliding_window(8), q, k, v, softcap=30.0) == 128  # the softcap's own tiles
     assert rows(M.key_padding([100]), q, k, v) == 128  # not a band
     assert rows(None, q, k, v) == 128

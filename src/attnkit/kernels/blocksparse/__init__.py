@@ -228,16 +228,19 @@ class ZeroGradLink(torch.autograd.Function):
 
 
 def block_rows(call: AttentionCall, t: Tuning) -> int:
-    """Query rows per block from the tuning in use: ``blocksparse_band_block_q`` for a band
-    mask (sliding or causal window) without gradients and without a softcap, where a block of
-    B queries computes B + width keys per query (at width 257 on the 2-core EPYC, forward:
-    32 rows 66 ms, 128 rows 97 ms); ``blocksparse_block_q`` otherwise (with gradients the
-    backward's per-window work favours large blocks: 128 rows 173 ms, 32 rows 209 ms; the
-    forward of such a band still runs its interior in ``blocksparse_band_block_q`` rows,
-    :attr:`BandPlan.forward_plan`)."""
+    """Query rows per block from the tuning in use, for a band mask (sliding or causal window)
+    without a softcap, where a block of B queries computes B + width keys per query:
+    ``blocksparse_band_block_q`` without gradients (at width 257 on the 2-core EPYC, forward:
+    32 rows 66 ms, 128 rows 97 ms), ``blocksparse_band_backward_block_q`` with them (the
+    backward's blocks; the forward of such a band still runs its interior in
+    ``blocksparse_band_block_q`` rows, :attr:`BandPlan.forward_plan`; at width 257, L = 16k,
+    backward: 64 rows 207 ms, 128 rows 229 ms); ``blocksparse_block_q`` otherwise (the forward
+    band rows never above it)."""
     m = call.mask
-    if call.needs_grad or call.softcap is not None or m is None or m.as_band() is None:
+    if call.softcap is not None or m is None or m.as_band() is None:
         return t.blocksparse_block_q
+    if call.needs_grad:
+        return t.blocksparse_band_backward_block_q
     return min(t.blocksparse_block_q, t.blocksparse_band_block_q)
 
 

@@ -60,7 +60,16 @@ class Tuning:
         default=32,
         metadata=_doc(
             "query rows per block of a band mask (sliding or causal window) in the forward, "
-            "with or without gradients (the backward keeps blocksparse_block_q)",
+            "with or without gradients (the backward's: blocksparse_band_backward_block_q)",
+            8,
+            4096,
+        ),
+    )
+    blocksparse_band_backward_block_q: int = field(
+        default=64,
+        metadata=_doc(
+            "query rows per block of a band mask (sliding or causal window) whose call needs "
+            "gradients: the backward's blocks (a block of B rows computes B + width keys)",
             8,
             4096,
         ),
