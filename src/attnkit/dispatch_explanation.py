@@ -34,6 +34,14 @@ def explain(kind: object, q: object, k: object, v: object, mask: object, **optio
     (``kind`` "dot" or "additive"; ``options`` as parse takes them), without choosing or
     remembering a backend."""
     checks.choice("kind", kind, ("dot", "additive"))
+    if kind != "additive":  # additive attention's weights: never silently ignored
+        given = [n for n in ("w_q", "w_k", "w_v") if options.get(n) is not None]
+        if given:
+            raise ValueError(
+                f"{given[0]}: the weights of additive attention need kind='additive', "
+                f"got kind={kind!r}"
+            )
+        options = {n: o for n, o in options.items() if n not in ("w_q", "w_k", "w_v")}
     backend = options.get("backend", "auto")
     call = parse(kind, q, k, v, mask, select=False, **options).call  # type: ignore[arg-type]
     d = dispatch.explain(call, backend)

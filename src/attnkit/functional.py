@@ -204,15 +204,7 @@ def explain_dispatch(
     ``sinks`` as in :func:`scaled_dot_product_attention` (every backend says whether it serves
     them). ``print(explain_dispatch(...))`` gives a readable report.
     """
-    weights = dict(w_q=w_q, w_k=w_k, w_v=w_v)
-    if kind != "additive":
-        given = [n for n, w in weights.items() if w is not None]
-        if given:  # never silently ignored
-            raise ValueError(
-                f"{given[0]}: the weights of additive attention need kind='additive', "
-                f"got kind={kind!r}"
-            )
-        weights = {}
+    weights = dict(w_q=w_q, w_k=w_k, w_v=w_v)  # refused by explain for kind="dot"
     return explain(
         kind, q, k, v, mask, scale=scale, dropout_p=dropout_p, return_weights=return_weights,
         backend=backend, softcap=softcap, sinks=sinks, **weights,
