@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["applies", "attend"]
+from attnkit.kernels.fused_cpu import FLASH, FLASH_BWD, unit_rows
 
-FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+__all__ = ["applies", "attend"]
 
 
 def applies(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> bool:
@@ -38,14 +37,6 @@ def applies(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> bool:
         and q.shape[-1] == k.shape[-1] == v.shape[-1]
         and q.shape[-2] < k.shape[-2]
     )
-
-
-def _unit(t: Tensor) -> Tensor:
-    """The layout the fused CPU ops read: unit stride along d, rows at least d apart."""
-    n, d = t.shape[-2], t.shape[-1]
-    if (d == 1 or t.stride(-1) == 1) and (n == 1 or t.stride(-2) >= d):
-        return t
-    return t.contiguous()
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
@@ -69,7 +60,7 @@ class _ChunkFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, go):
         q, k, v, out, lse = ctx.saved_tensors
-        go = _unit(go)
+        go = unit_rows(go)
         p = k.shape[-2] - q.shape[-2]
         s = ctx.scale
         a = FLASH_BWD(go, q, k[..., :p, :], v[..., :p, :], out, lse, 0.0, False, scale=s)
@@ -80,7 +71,7 @@ class _ChunkFn(torch.autograd.Function):
 def attend(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     """softmax(q kᵀ · scale + bottom-right causal) v for q (B, H, Lq, d), k (B, H, Lk, d),
     v (B, H, Lk, dv) with Lq < Lk (:func:`applies`) -> (B, H, Lq, dv)."""
-    q, k, v = _unit(q), _unit(k), _unit(v)
+    q, k, v = unit_rows(q), unit_rows(k), unit_rows(v)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         return _ChunkFn.apply(q, k, v, scale)
     return _forward(q, k, v, scale)[0]

@@ -55,9 +55,10 @@ from attnkit.kernels.blocksparse.fold import fold_q, group_size, unfold_out
 from attnkit.kernels.blocksparse.keep import draw_seed
 from attnkit.kernels.blocksparse.planner import BLOCK_KV, BLOCK_Q, make_plan, single_tile
 from attnkit.kernels.blocksparse.plans import BandPlan, BlocksparseFn, CallsPlan, Plan
-from attnkit.kernels.blocksparse.tiles import FLASH, FLASH_BWD, Call, unit_rows
+from attnkit.kernels.blocksparse.tiles import Call
 from attnkit.kernels.call.backend import Backend, fused_backward_reasons
 from attnkit.kernels.call.base import AttentionCall, ungrouped
+from attnkit.kernels.fused_cpu import FLASH, FLASH_BWD, unit_rows
 from attnkit.kernels.policy.decision import NumericsDecision
 from attnkit.kernels.policy.mask_bias import bias_tensors
 from attnkit.kernels.policy.numerics import compute_dtype

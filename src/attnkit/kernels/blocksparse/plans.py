@@ -6,7 +6,7 @@ query blocks against their key windows, a strided view (``unfold``) of k and v t
 nothing, plus calls for the edge blocks whose windows leave [0, Lk). :func:`make_plan` in
 :mod:`attnkit.kernels.blocksparse.planner` chooses and builds them.
 
-Both take and return tensors in the layout of :func:`~attnkit.kernels.blocksparse.tiles.unit_rows`
+Both take and return tensors in the layout of :func:`~attnkit.kernels.fused_cpu.unit_rows`
 and expose ``forward(q, k, v, scale) -> (out, saved)``, ``backward(go, q, k, v, saved, scale)
 -> (gq, gk, gv, [grad of each learned tile mask])`` and :meth:`grad_masks` (the tile masks that
 require grad, extra inputs of the autograd Function).
@@ -27,6 +27,7 @@ from torch import Tensor
 from attnkit.kernels.blocksparse import tiles
 from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
 from attnkit.kernels.blocksparse.tiles import Call, calls_backward, calls_forward
+from attnkit.kernels.fused_cpu import unit_rows
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ Plan = CallsPlan | BandPlan
 
 class BlocksparseFn(torch.autograd.Function):
     """softmax(q kᵀ · scale + tile masks) v by ``plan``: q, k, v in the plan's shape and the
-    layout of :func:`~attnkit.kernels.blocksparse.tiles.unit_rows`; ``sinks`` (the plan's
+    layout of :func:`~attnkit.kernels.fused_cpu.unit_rows`; ``sinks`` (the plan's
     rows, 1) or None (:mod:`~attnkit.kernels.blocksparse.sinks`); extra inputs: the plan's
     :meth:`grad_masks` (their gradients are returned)."""
 
@@ -295,6 +296,6 @@ class BlocksparseFn(torch.autograd.Function):
         sinks = rest.pop(0) if ctx.has_sinks else None
         it = iter(rest)
         saved = [(next(it), next(it)) if p else None for p in ctx.present]
-        go = tiles.unit_rows(go)
+        go = unit_rows(go)
         gq, gk, gv, gmasks, gs = ctx.plan.backward(go, q, k, v, saved, ctx.scale, sinks)
         return (gq, gk, gv, None, None, gs, *gmasks)

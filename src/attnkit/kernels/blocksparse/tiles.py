@@ -7,10 +7,11 @@ full-size gradient per slice). Tile masks that require grad (a learned bias) get
 dS = P * (dP - rowsum(dO * O)), P recomputed from the saved log-sum-exp (the fused backward
 does not return it).
 
-The private fused CPU ops read q, k, v, the output and its gradient through the strides of
-their batch, head and row dims only: they assume a unit-stride last dim (and BLAS needs rows at
-least a row apart). :func:`unit_rows` gives every tensor that layout once per call (a copy only
-when needed); tiles and windows are views of those tensors and keep it.
+The private fused CPU ops (:mod:`attnkit.kernels.fused_cpu`) read q, k, v, the output and its
+gradient through the strides of their batch, head and row dims only: they assume a unit-stride
+last dim (and BLAS needs rows at least a row apart). ``fused_cpu.unit_rows`` gives every tensor
+that layout once per call (a copy only when needed); tiles and windows are views of those
+tensors and keep it.
 
 Shape legend: ``P`` mask batch elements, ``R`` other batch dims, ``L`` lengths, ``d`` width.
 """
@@ -26,18 +27,7 @@ from torch import Tensor
 from attnkit.kernels.blocksparse.sinks import sink_forward, sink_grad
 from attnkit.kernels.blocksparse.streams import run_streams, streams_for
 from attnkit.kernels.dense import is_causal_exact
-
-FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-
-
-def unit_rows(t: Tensor) -> Tensor:
-    """``t`` (..., L, d) with the layout the fused CPU ops read correctly: last dim of unit
-    stride, rows at least d apart (any batch strides, 0 included). A copy only when needed."""
-    n, d = t.shape[-2], t.shape[-1]
-    if (d == 1 or t.stride(-1) == 1) and (n == 1 or t.stride(-2) >= d):
-        return t
-    return t.contiguous()
+from attnkit.kernels.fused_cpu import FLASH, FLASH_BWD
 
 
 def causal_as_mask(q: Tensor, k: Tensor, mask: Tensor | None, scale: float, is_causal: bool):

@@ -79,7 +79,7 @@ def choose(
         return base, Sureness(1.0, 0.0, 0, "only the built-in value was raced")
     nearest = max(stats, key=lambda c: stats[c][0])
     r, spread, n = stats[nearest]
-    if r + spread < 1.0:  # every challenger slower beyond the noise
+    if _verdict(r, spread, margin) is False:  # every challenger slower beyond the noise
         verdict = "clear: the built-in is fastest"
     elif r - spread < margin <= r or r < 1.0:
         verdict = "tie within the noise: kept the built-in default"
