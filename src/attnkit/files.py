@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["check_writable", "write_atomic"]
+__all__ = ["check_writable", "usual_mode", "write_atomic"]
 
 
 def check_writable(name: str, directory: str | os.PathLike) -> Path:
@@ -34,6 +34,14 @@ def check_writable(name: str, directory: str | os.PathLike) -> Path:
     return d
 
 
+def usual_mode(directory: bool = False) -> int:
+    """The mode ``open`` (or, for a ``directory``, ``mkdir``) gives a new file under the
+    process's umask, for files made by ``tempfile`` (0600, 0700) and then renamed into place."""
+    umask = os.umask(0)  # reading the umask sets it: put it back at once
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write a file atomically: ``write(f)`` fills a temporary file beside ``path``, which is
     flushed, fsynced and renamed over ``path``; on any error the temporary file is removed and
@@ -50,9 +58,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.chmod(tmp, usual_mode())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -34,6 +34,7 @@ import torch
 from tokenizers import Tokenizer, processors
 from torch import Tensor
 
+from attnkit.files import usual_mode
 from attnkit.nn.positional import sinusoidal_table
 from attnkit.nn.projection import unpack
 
@@ -222,12 +223,10 @@ def _usual_modes(directory: Path) -> None:
     """Give ``directory`` and its files the modes ``mkdir`` and ``open`` would under the
     process's umask: ``mkdtemp`` makes a 0700 directory, and some files are written 0600, so
     the export would otherwise be unreadable by anyone else (a shared model directory)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    directory.chmod(0o777 & ~umask)
+    directory.chmod(usual_mode(directory=True))
     for f in directory.iterdir():
         if f.is_file():
-            f.chmod(0o666 & ~umask)
+            f.chmod(usual_mode())
 
 
 def export_seq2seq(model, tok: Tokenizer, out: str | os.PathLike) -> Path:
